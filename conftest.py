@@ -1,0 +1,2 @@
+# Registers the onegpu kit plugin for everything under this folder.
+pytest_plugins = ["plugin"]

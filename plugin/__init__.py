@@ -1,0 +1,194 @@
+"""The onegpu kit as a pytest plugin: options, markers, the approval gate, the run folder, the verdicts.
+
+Hooks only; the fixtures live in plugin.fixtures_* and every decision lives in a pure module.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from . import gating, terminal
+from .outcomes import Blocked, parse_reason
+from .receipt import Receipt, now_iso
+from .report_html import attach_html_report, refresh_environment
+from .rundir import RunFolderError, create_run_folder
+from .session import KIT_KEY, KitSession, kit_of
+from .verdicts import phase_verdicts, run_verdict
+
+__version__ = "0.1.0"
+
+pytest_plugins = ["plugin.fixtures_machine", "plugin.fixtures_plan"]
+
+MARKERS = {
+    "scan": "read-only kit test: reads the machine, settings, checkpoint headers and plan; starts nothing",
+    "approve_load": "acts on the operator's approval: hashes, starts a container, sends requests; runs only "
+                    "when -m names approve_load",
+    "canary": "sends the canary requests (needs approve_load)",
+    "batch": "sends a frozen benchmark request file (needs approve_load, --requests and --protocol)",
+    "serve": "opens the native-harness serve window (needs -m \"approve_load and serve\")",
+    "phase(name)": "the KIT.md phase a kit test belongs to: machine, plan, probe, custody, load, canary, "
+                   "batch, serve",
+}
+KIT_MARKS = ("scan", "approve_load")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("onegpu", "onegpu kit")
+    group.addoption("--settings", metavar="PATH", help="settings.json (kit schema or axm/one-gpu-settings@1)")
+    parser.addini("onegpu_settings", "default settings.json path when --settings is not given", default="")
+    group.addoption("--hardware", metavar="PROFILE", help="replay a recorded hardware profile instead of reading "
+                    "this machine (nothing can start in a replayed session)")
+    group.addoption("--host-ram-gib", type=float, metavar="GIB",
+                    help="host RAM available on the target, for a replayed profile that leaves it unset")
+    group.addoption("--out", metavar="DIR", help="run folder to create (must not exist)")
+    group.addoption("--runs-dir", metavar="DIR", help="parent of the default run folders (default: runs/)")
+    parser.addini("onegpu_runs_dir", "parent of the default run folders", default="runs")
+    group.addoption("--fail-on-blocked", action="store_true", default=None,
+                    help="exit non-zero when any kit test is blocked (for scripts)")
+    parser.addini("onegpu_fail_on_blocked", "exit non-zero when any kit test is blocked", type="bool",
+                  default=False)
+
+
+def pytest_configure(config):
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    config.stash[KIT_KEY] = KitSession(options={}, command_line=[sys.executable, "-m", "pytest",
+                                                                 *config.invocation_params.args])
+
+
+def _kit_items(items) -> list:
+    return [i for i in items if any(i.get_closest_marker(m) for m in KIT_MARKS)]
+
+
+def _git_commit(folder: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _phase(item) -> str:
+    mark = item.get_closest_marker("phase")
+    return mark.args[0] if mark and mark.args else "machine"
+
+
+def _session_kind(items) -> str:
+    names = {m.name for i in items for m in i.iter_markers()}
+    if "approve_load" not in names:
+        return "scan"
+    return "serve" if "serve" in names else "batch" if "batch" in names else "approve"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    kit = kit_of(config)
+    kept, held = gating.split_unapproved(items, config.option.markexpr or "")
+    if held:
+        items[:] = kept
+        config.hook.pytest_deselected(items=held)
+        kit.held_back = len(held)
+    selected = _kit_items(items)
+    if not selected:
+        return  # e.g. `pytest tests_offline`: no kit test, no run folder
+    kit.kind = _session_kind(selected)
+    _open_run_folder(session, kit)
+    for item in held:
+        kit.receipt.record_test(item.nodeid, {"phase": _phase(item), "outcome": "deselected",
+                                              "message": "needs approval: -m approve_load"})
+
+
+def _open_run_folder(session, kit: KitSession) -> None:
+    config = session.config
+    out = config.getoption("out")
+    runs_dir = config.getoption("runs_dir") or config.getini("onegpu_runs_dir")
+    parent = Path(runs_dir) if Path(runs_dir).is_absolute() else config.rootpath / runs_dir
+    try:
+        kit.run_folder = create_run_folder(parent, kit.kind, Path(out) if out else None)
+    except RunFolderError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    kit.replayed = bool(config.getoption("hardware"))
+    kit.receipt = Receipt(kit.run_folder, {
+        "kit": {"name": "onegpu", "version": __version__, "git_commit": _git_commit(Path(__file__).parent)},
+        "command_line": kit.command_line,
+        "kind": kit.kind,
+        "run_folder": str(kit.run_folder),
+        "hardware_source": "replayed" if kit.replayed else "live",
+    })
+    attach_html_report(session, kit.run_folder / "report.html")
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    """Record each kit test's outcome in the receipt as it lands (a hard kill keeps what landed)."""
+    outcome = yield
+    report = outcome.get_result()
+    kit = kit_of(item.config)
+    if kit.receipt is None or not _kit_items([item]):
+        return
+    # A Blocked raised in the core travels as the context of pytest's XFailed: keep its numbers.
+    exc = call.excinfo.value if call.excinfo else None
+    cause = getattr(exc, "__context__", None)
+    if isinstance(cause, Blocked):
+        kit.blocked[item.nodeid] = cause.as_json()
+    entry = _entry(report, _phase(item), kit)
+    if entry is not None:
+        kit.receipt.record_test(item.nodeid, entry)
+
+
+def _entry(report, phase: str, kit: KitSession) -> dict | None:
+    base = {"phase": phase, "duration_s": round(report.duration, 3)}
+    if hasattr(report, "wasxfail"):
+        parsed = parse_reason(report.wasxfail)
+        if parsed:
+            code, message = parsed
+            return {**base, "outcome": "blocked", "code": code, "message": message,
+                    "numbers": kit.blocked.get(report.nodeid, {}).get("numbers", {})}
+        return {**base, "outcome": "failed", "message": f"unexpected xfail: {report.wasxfail}"}
+    if report.failed:
+        what = "failed" if report.when == "call" else "error"
+        return {**base, "outcome": what, "when": report.when,
+                "message": report.longreprtext.strip().splitlines()[-1] if report.longreprtext else ""}
+    if report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        return {**base, "outcome": "skipped", "message": reason}
+    if report.when == "call" and report.passed:
+        return {**base, "outcome": "passed"}
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session, exitstatus):
+    kit = kit_of(session.config)
+    if kit.receipt is None:
+        return
+    phases = phase_verdicts(kit.receipt.data["tests"])
+    kit.receipt.data["phases"] = phases
+    kit.receipt.data["verdict"] = run_verdict(phases)
+    kit.receipt.data["finished_at"] = now_iso()
+    kit.receipt.data["exit_status"] = int(exitstatus)
+    fail_on_blocked = session.config.getoption("fail_on_blocked")
+    if fail_on_blocked is None:
+        fail_on_blocked = session.config.getini("onegpu_fail_on_blocked")
+    if fail_on_blocked and any(p["verdict"] == "BLOCKED" for p in phases.values()) and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        kit.receipt.data["exit_status"] = int(session.exitstatus)
+    kit.receipt.save()
+    refresh_environment(session.config, kit.receipt.data)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, config):
+    kit = kit_of(config)
+    if kit.held_back:
+        terminalreporter.write_line(
+            f"onegpu: {kit.held_back} approve_load test(s) deselected: they act (hash, start a container, "
+            "send requests) and run only with the approval: pytest -m approve_load --settings s.json")
+    if kit.receipt is None:
+        return
+    for line in terminal.summary_lines(kit):
+        terminalreporter.write_line(line)

@@ -1,0 +1,38 @@
+"""The approval gate: approve_load tests run only when the -m expression itself asks for them.
+
+Rule: an approve_load test is kept only if the -m expression selects it AND would not select it were the
+approve_load mark absent. So `-m approve_load`, `-m "scan or approve_load"` and `-m "approve_load and
+serve"` approve; a bare `pytest`, `-k x`, `-m "not scan"`, `-m "not approve_load"` or a path do not.
+"""
+from __future__ import annotations
+
+# pytest's own -m grammar and marker matcher, so the gate reads expressions exactly as pytest does.
+from _pytest.mark import MarkMatcher
+from _pytest.mark.expression import Expression
+
+APPROVAL_MARK = "approve_load"
+
+
+def _matcher_without(item, mark_name: str) -> MarkMatcher:
+    return MarkMatcher.from_markers(m for m in item.iter_markers() if m.name != mark_name)
+
+
+def approved(item, markexpr: str) -> bool:
+    """Whether the -m expression names the approval (un-negated) for this approve_load item."""
+    if not markexpr:
+        return False
+    expr = Expression.compile(markexpr)
+    with_mark = expr.evaluate(MarkMatcher.from_markers(item.iter_markers()))
+    without_mark = expr.evaluate(_matcher_without(item, APPROVAL_MARK))
+    return with_mark and not without_mark
+
+
+def split_unapproved(items: list, markexpr: str) -> tuple[list, list]:
+    """(kept, held back) for the items pytest left after its own -m/-k selection."""
+    kept, held = [], []
+    for item in items:
+        if item.get_closest_marker(APPROVAL_MARK) is not None and not approved(item, markexpr):
+            held.append(item)
+        else:
+            kept.append(item)
+    return kept, held

@@ -1,0 +1,45 @@
+"""What one kit session carries between hooks and fixtures (kept in pytest's stash, never a global)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from .receipt import PHASES, Receipt
+
+
+@dataclass
+class KitSession:
+    """State of the session: the run folder (None until kit tests are selected) and what was shown."""
+
+    options: dict
+    command_line: list[str]
+    run_folder: Path | None = None
+    receipt: Receipt | None = None
+    kind: str = "scan"
+    held_back: int = 0  # approve_load tests deselected for want of approval
+    shown: dict[str, list[str]] = field(default_factory=lambda: {p: [] for p in PHASES})
+    tables: dict[str, list[str]] = field(default_factory=dict)  # titled blocks printed at the end
+    blocked: dict[str, dict] = field(default_factory=dict)  # nodeid -> Blocked.as_json()
+    replayed: bool = False
+    synthetic_checkpoint: bool = False
+
+    def show(self, phase: str, line: str) -> None:
+        """A fact line for the terminal and the receipt (one per fact, in the order established)."""
+        if line not in self.shown[phase]:
+            self.shown[phase].append(line)
+            if self.receipt is not None:
+                self.receipt.set("shown", self.shown)
+
+    def table(self, title: str, lines: list[str]) -> None:
+        self.tables[title] = lines
+        if self.receipt is not None:
+            self.receipt.set("tables", self.tables)
+
+
+KIT_KEY = pytest.StashKey[KitSession]()
+
+
+def kit_of(config) -> KitSession:
+    return config.stash[KIT_KEY]

@@ -1,0 +1,44 @@
+"""Pure: the lines a kit session prints at the end: facts, tables, the verdict table, where the evidence is."""
+from __future__ import annotations
+
+from .receipt import PHASES
+from .session import KitSession
+from .verdicts import phase_verdicts, run_verdict
+
+
+def summary_lines(kit: KitSession) -> list[str]:
+    data = kit.receipt.data
+    lines: list[str] = []
+    for banner in data.get("banners", []):
+        lines.append(f"*** {banner} ***")
+    shown = [(phase, line) for phase in PHASES for line in kit.shown[phase]]
+    if shown:
+        lines.append("")
+        lines.append("onegpu facts")
+        lines += [f"  [{phase}] {line}" for phase, line in shown]
+    blocked: dict[str, int] = {}
+    for test in data["tests"].values():
+        if test["outcome"] == "blocked":
+            key = f"BLOCKED {test['code']}: {test['message']}"
+            blocked[key] = blocked.get(key, 0) + 1
+    if blocked:
+        lines.append("")
+        lines.append("onegpu blocked facts")
+        lines += [f"  {reason} ({n} test{'s' if n > 1 else ''})" for reason, n in blocked.items()]
+    for title, block in kit.tables.items():
+        lines.append("")
+        lines.append(title)
+        lines += [f"  {row}" for row in block]
+    for warning in data.get("warnings", []):
+        lines.append(f"WARNING: {warning}")
+    phases = data.get("phases") or phase_verdicts(data["tests"])
+    lines.append("")
+    lines.append("onegpu verdicts (one line per phase)")
+    for phase in PHASES:
+        p = phases[phase]
+        detail = f" {p['code']}: {p['message']}" if p.get("code") else (f": {p['message']}" if p.get("message") else "")
+        lines.append(f"  {phase:<8} {p['verdict']}{detail}")
+    lines.append(f"  run      {data.get('verdict') or run_verdict(phases)}")
+    lines.append(f"run folder: {kit.run_folder}")
+    lines.append(f"report:     {kit.run_folder / 'report.html'}")
+    return lines
