@@ -84,10 +84,17 @@ def _session_kind(items) -> str:
     return "serve" if "serve" in names else "batch" if "batch" in names else "approve"
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(session, config, items):
+    """Around pytest's own -m selection. Before it: an approved session also runs the scan tests, first
+    (KIT.md 10), so its receipt always carries the facts and the plan. After it: the approval gate."""
     kit = kit_of(config)
-    kept, held = gating.split_unapproved(items, config.option.markexpr or "")
+    kit.markexpr = config.option.markexpr or ""
+    if any(gating.approved(i, kit.markexpr) for i in items if i.get_closest_marker(gating.APPROVAL_MARK)):
+        config.option.markexpr = f"({kit.markexpr}) or scan"
+    yield
+    config.option.markexpr = kit.markexpr
+    kept, held = gating.split_unapproved(items, kit.markexpr)
     if held:
         items[:] = kept
         config.hook.pytest_deselected(items=held)

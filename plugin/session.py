@@ -18,6 +18,7 @@ class KitSession:
     run_folder: Path | None = None
     receipt: Receipt | None = None
     kind: str = "scan"
+    markexpr: str = ""  # the -m expression as the operator typed it
     held_back: int = 0  # approve_load tests deselected for want of approval
     shown: dict[str, list[str]] = field(default_factory=lambda: {p: [] for p in PHASES})
     tables: dict[str, list[str]] = field(default_factory=dict)  # titled blocks printed at the end
