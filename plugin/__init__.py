@@ -14,7 +14,7 @@ from . import gating, terminal
 from .outcomes import Blocked, parse_reason
 from .receipt import Receipt, now_iso
 from .report_html import attach_html_report, refresh_environment
-from .rundir import RunFolderError, create_run_folder
+from .rundir import RunFolderError, create_run_folder, reopen_for_resume
 from .session import KIT_KEY, KitSession, kit_of
 from .verdicts import phase_verdicts, run_verdict
 
@@ -46,6 +46,11 @@ def pytest_addoption(parser):
     group.addoption("--out", metavar="DIR", help="run folder to create (must not exist)")
     group.addoption("--runs-dir", metavar="DIR", help="parent of the default run folders (default: runs/)")
     parser.addini("onegpu_runs_dir", "parent of the default run folders", default="runs")
+    group.addoption("--requests", metavar="JSONL", help="frozen request file (OpenAI batch lines) for the batch "
+                    "phase; needs --protocol")
+    group.addoption("--protocol", metavar="JSON", help="protocol.json binding the request file to its benchmark")
+    group.addoption("--resume-batch", metavar="RUN_FOLDER", help="resume an interrupted batch in its own run "
+                    "folder: only the missing custom_ids are sent")
     group.addoption("--fail-on-blocked", action="store_true", default=None,
                     help="exit non-zero when any kit test is blocked (for scripts)")
     parser.addini("onegpu_fail_on_blocked", "exit non-zero when any kit test is blocked", type="bool",
@@ -53,6 +58,10 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    if config.getoption("requests") and not config.getoption("protocol"):
+        raise pytest.UsageError("--requests needs --protocol: a frozen batch is bound to its benchmark protocol")
+    if config.getoption("protocol") and not config.getoption("requests"):
+        raise pytest.UsageError("--protocol needs --requests")
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     config.stash[KIT_KEY] = KitSession(options={}, command_line=[sys.executable, "-m", "pytest",
@@ -95,6 +104,10 @@ def pytest_collection_modifyitems(session, config, items):
     yield
     config.option.markexpr = kit.markexpr
     kept, held = gating.split_unapproved(items, kit.markexpr)
+    if not config.getoption("requests") and not config.getoption("resume_batch"):
+        # The batch phase exists only when a request file is given.
+        held += [i for i in kept if i.get_closest_marker("batch")]
+        kept = [i for i in kept if not i.get_closest_marker("batch")]
     if held:
         items[:] = kept
         config.hook.pytest_deselected(items=held)
@@ -114,8 +127,12 @@ def _open_run_folder(session, kit: KitSession) -> None:
     out = config.getoption("out")
     runs_dir = config.getoption("runs_dir") or config.getini("onegpu_runs_dir")
     parent = Path(runs_dir) if Path(runs_dir).is_absolute() else config.rootpath / runs_dir
+    resume = config.getoption("resume_batch")
     try:
-        kit.run_folder = create_run_folder(parent, kit.kind, Path(out) if out else None)
+        if resume:
+            kit.run_folder = reopen_for_resume(Path(resume))
+        else:
+            kit.run_folder = create_run_folder(parent, kit.kind, Path(out) if out else None)
     except RunFolderError as exc:
         raise pytest.UsageError(str(exc)) from None
     kit.replayed = bool(config.getoption("hardware"))
@@ -193,8 +210,9 @@ def pytest_terminal_summary(terminalreporter, config):
     kit = kit_of(config)
     if kit.held_back:
         terminalreporter.write_line(
-            f"onegpu: {kit.held_back} approve_load test(s) deselected: they act (hash, start a container, "
-            "send requests) and run only with the approval: pytest -m approve_load --settings s.json")
+            f"onegpu: {kit.held_back} test(s) that act (hash, start a container, send requests) deselected; "
+            "approve with: pytest -m approve_load --settings s.json [--requests r.jsonl --protocol p.json] "
+            "(serve window: -m \"approve_load and serve\")")
     if kit.receipt is None:
         return
     for line in terminal.summary_lines(kit):

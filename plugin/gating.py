@@ -11,27 +11,36 @@ from _pytest.mark import MarkMatcher
 from _pytest.mark.expression import Expression
 
 APPROVAL_MARK = "approve_load"
+# Marks that must each be named by the expression itself: the approval, and the serve window (which a
+# plain `-m approve_load` does not open).
+NAMED_MARKS = (APPROVAL_MARK, "serve")
 
 
 def _matcher_without(item, mark_name: str) -> MarkMatcher:
     return MarkMatcher.from_markers(m for m in item.iter_markers() if m.name != mark_name)
 
 
-def approved(item, markexpr: str) -> bool:
-    """Whether the -m expression names the approval (un-negated) for this approve_load item."""
+def named(item, markexpr: str, mark_name: str = APPROVAL_MARK) -> bool:
+    """Whether the -m expression selects this item because of `mark_name` (named, un-negated)."""
     if not markexpr:
         return False
     expr = Expression.compile(markexpr)
     with_mark = expr.evaluate(MarkMatcher.from_markers(item.iter_markers()))
-    without_mark = expr.evaluate(_matcher_without(item, APPROVAL_MARK))
+    without_mark = expr.evaluate(_matcher_without(item, mark_name))
     return with_mark and not without_mark
+
+
+def approved(item, markexpr: str) -> bool:
+    """Whether the -m expression names the approval (un-negated) for this approve_load item."""
+    return named(item, markexpr, APPROVAL_MARK)
 
 
 def split_unapproved(items: list, markexpr: str) -> tuple[list, list]:
     """(kept, held back) for the items pytest left after its own -m/-k selection."""
     kept, held = [], []
     for item in items:
-        if item.get_closest_marker(APPROVAL_MARK) is not None and not approved(item, markexpr):
+        needs = [m for m in NAMED_MARKS if item.get_closest_marker(m) is not None]
+        if any(not named(item, markexpr, m) for m in needs):
             held.append(item)
         else:
             kept.append(item)

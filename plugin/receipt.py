@@ -5,6 +5,7 @@ A hard kill at any moment leaves the latest complete state on disk.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import threading
 from pathlib import Path
 
@@ -14,6 +15,14 @@ SCHEMA = "onegpu/receipt@1"
 
 # The phases of KIT.md section 3, in order; every kit test belongs to one.
 PHASES = ("machine", "plan", "probe", "custody", "load", "canary", "batch", "serve")
+
+
+def _earlier_sessions(path: Path) -> list:
+    """A resumed run folder keeps what its earlier sessions recorded, under earlier_sessions."""
+    if not path.exists():
+        return []
+    earlier = json.loads(path.read_text())
+    return [*earlier.pop("earlier_sessions", []), earlier]
 
 
 def now_iso() -> str:
@@ -26,6 +35,7 @@ class Receipt:
     def __init__(self, folder: Path, header: dict):
         self.path = folder / "receipt.json"
         self._lock = threading.Lock()
+        earlier = _earlier_sessions(self.path)
         self.data: dict = {
             "schema": SCHEMA,
             **header,
@@ -37,6 +47,8 @@ class Receipt:
             "warnings": [],
             "limitations": [],
         }
+        if earlier:
+            self.data["earlier_sessions"] = earlier
         self.save()
 
     def set(self, section: str, value) -> None:

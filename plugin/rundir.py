@@ -53,6 +53,15 @@ def create_run_folder(parent: Path, kind: str, explicit: Path | None = None) -> 
     raise RunFolderError(f"{parent}: could not find a free run folder name for {base}")
 
 
+def reopen_for_resume(folder: Path) -> Path:
+    """The one exception to "never reused": an interrupted batch resumes in its own run folder."""
+    folder = folder.absolute()
+    if not (folder / "receipt.json").is_file() or not (folder / "responses.jsonl").is_file():
+        raise RunFolderError(f"--resume-batch {folder}: not a batch run folder (it needs receipt.json and "
+                             "responses.jsonl)")
+    return folder
+
+
 def write_private(path: Path, data: bytes | str) -> Path:
     """Write a 0600 file atomically (temp file in the same folder, fsync, rename).
 
