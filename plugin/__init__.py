@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from . import gating, terminal
+from .hardware_model import load_profile
+from .jsonable import FactsFormatError
 from .outcomes import Blocked, parse_reason
 from .receipt import Receipt, now_iso
 from .report_html import attach_html_report, refresh_environment
@@ -20,7 +22,10 @@ from .verdicts import phase_verdicts, run_verdict
 
 __version__ = "0.1.0"
 
-pytest_plugins = ["plugin.fixtures_machine", "plugin.fixtures_plan"]
+pytest_plugins = [
+    "plugin.fixtures_machine",
+    "plugin.fixtures_plan",
+]
 
 MARKERS = {
     "scan": "read-only kit test: reads the machine, settings, checkpoint headers and plan; starts nothing",
@@ -57,11 +62,41 @@ def pytest_addoption(parser):
                   default=False)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args):
+    """Refuse a session whose root folder pytest took from an option's value.
+
+    pytest picks its root folder before it knows plugin options, so in `--settings /data/s.json` it reads
+    /data/s.json as a test path, roots the session at /data and misses the kit's pytest.ini. Nothing of
+    that session would be what the operator asked for.
+    """
+    here = early_config.invocation_params.dir
+    if early_config.inipath is None and (here / "pytest.ini").is_file() and (here / "plugin").is_dir():
+        raise pytest.UsageError(
+            f"pytest took {early_config.rootpath} as its root folder from a path on the command line and missed "
+            f"{here / 'pytest.ini'}; write path options with '=' (e.g. --settings=/data/s.json) so their values "
+            "are not read as test paths")
+
+
 def pytest_configure(config):
     if config.getoption("requests") and not config.getoption("protocol"):
         raise pytest.UsageError("--requests needs --protocol: a frozen batch is bound to its benchmark protocol")
     if config.getoption("protocol") and not config.getoption("requests"):
         raise pytest.UsageError("--protocol needs --requests")
+    stated_ram = config.getoption("host_ram_gib")
+    if config.getoption("hardware"):
+        # A malformed profile is a usage error before anything runs, not an error in every test.
+        try:
+            profile = load_profile(Path(config.getoption("hardware")))
+        except FactsFormatError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        if stated_ram is not None and profile.host.ram_total_bytes is not None:
+            raise pytest.UsageError("--host-ram-gib: this profile already records host RAM; the operator states "
+                                    "it only for a profile that leaves it unset")
+    elif stated_ram is not None:
+        raise pytest.UsageError("--host-ram-gib applies only with --hardware: this machine's RAM is read, not stated")
+    if stated_ram is not None and not stated_ram > 0:
+        raise pytest.UsageError(f"--host-ram-gib {stated_ram}: must be a positive number of GiB")
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     config.stash[KIT_KEY] = KitSession(options={}, command_line=[sys.executable, "-m", "pytest",
@@ -99,10 +134,13 @@ def pytest_collection_modifyitems(session, config, items):
     (KIT.md 10), so its receipt always carries the facts and the plan. After it: the approval gate."""
     kit = kit_of(config)
     kit.markexpr = config.option.markexpr or ""
-    if any(gating.approved(i, kit.markexpr) for i in items if i.get_closest_marker(gating.APPROVAL_MARK)):
+    acting = [i for i in items if i.get_closest_marker(gating.APPROVAL_MARK)]
+    if any(gating.approved(i, kit.markexpr) for i in acting):
         config.option.markexpr = f"({kit.markexpr}) or scan"
     yield
     config.option.markexpr = kit.markexpr
+    # Reading tests first, then acting ones, whatever the file order (a stable sort keeps phase order).
+    items.sort(key=lambda i: i.get_closest_marker(gating.APPROVAL_MARK) is not None)
     kept, held = gating.split_unapproved(items, kit.markexpr)
     if not config.getoption("requests") and not config.getoption("resume_batch"):
         # The batch phase exists only when a request file is given.
@@ -111,15 +149,26 @@ def pytest_collection_modifyitems(session, config, items):
     if held:
         items[:] = kept
         config.hook.pytest_deselected(items=held)
-        kit.held_back = len(held)
+    # Say how to approve whenever acting tests were left out, by this gate or by -m/-k themselves.
+    still = {id(i) for i in items}
+    left_out = [i for i in acting if id(i) not in still]
+    kit.held_back = len(left_out)
     selected = _kit_items(items)
     if not selected:
         return  # e.g. `pytest tests_offline`: no kit test, no run folder
     kit.kind = _session_kind(selected)
     _open_run_folder(session, kit)
-    for item in held:
+    for item in left_out:
         kit.receipt.record_test(item.nodeid, {"phase": _phase(item), "outcome": "deselected",
-                                              "message": "needs approval: -m approve_load"})
+                                              "message": _why_not_run(item)})
+
+
+def _why_not_run(item) -> str:
+    if item.get_closest_marker("batch"):
+        return "needs -m approve_load with --requests and --protocol"
+    if item.get_closest_marker("serve"):
+        return "needs -m \"approve_load and serve\""
+    return "needs approval: -m approve_load"
 
 
 def _open_run_folder(session, kit: KitSession) -> None:
@@ -175,8 +224,9 @@ def _entry(report, phase: str, kit: KitSession) -> dict | None:
         return {**base, "outcome": "failed", "message": f"unexpected xfail: {report.wasxfail}"}
     if report.failed:
         what = "failed" if report.when == "call" else "error"
-        return {**base, "outcome": what, "when": report.when,
-                "message": report.longreprtext.strip().splitlines()[-1] if report.longreprtext else ""}
+        crash = getattr(report.longrepr, "reprcrash", None)
+        message = crash.message if crash is not None else (report.longreprtext.strip().splitlines() or [""])[-1]
+        return {**base, "outcome": what, "when": report.when, "message": message}
     if report.skipped:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         return {**base, "outcome": "skipped", "message": reason}

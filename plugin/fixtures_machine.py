@@ -49,7 +49,7 @@ def hardware(pytestconfig, kit) -> HardwareFacts:
         except FactsFormatError as exc:
             raise pytest.UsageError(str(exc)) from None
         kit.receipt.update("replay", profile=str(Path(profile).absolute()), name=facts.profile)
-        kit.receipt.set("banners", [f"HARDWARE FACTS REPLAYED from profile {facts.profile or profile}: they "
+        kit.receipt.set("banners", [*kit.receipt.data.get("banners", []), f"HARDWARE FACTS REPLAYED from profile {facts.profile or profile}: they "
                                     "describe that machine, not this one; nothing can be started in this session"])
     else:
         facts = hardware_reader.read_live([("run folder", kit.run_folder)])

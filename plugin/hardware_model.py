@@ -112,7 +112,7 @@ class DockerFacts:
 @dataclass(frozen=True)
 class HardwareFacts:
     schema: str
-    source: str  # "live" or "replayed"
+    source: str  # "live", "replayed", or "composed" (a shipped profile assembled from public outputs)
     recorded_at: str
     gpu: GpuFacts
     host: HostFacts
@@ -146,4 +146,7 @@ def load_profile(path: Path) -> HardwareFacts:
         raise FactsFormatError(f"--hardware {path}: no such file") from None
     except (OSError, ValueError) as exc:
         raise FactsFormatError(f"--hardware {path}: not readable JSON ({exc})") from None
-    return facts_from_json(data, where=str(path))
+    try:
+        return facts_from_json(data, where="$")
+    except FactsFormatError as exc:
+        raise FactsFormatError(f"--hardware {path}: {exc}") from None

@@ -85,8 +85,10 @@ def describe_limits(host: HostFacts) -> str:
 
 
 def describe_cpus(host: HostFacts) -> str:
-    return (f"CPUs online {host.cpus_online}, usable by this process {host.cpus_usable:g} (affinity and cgroup "
-            f"quota applied); NUMA nodes {host.numa_nodes}; kernel {host.kernel}"
+    # A profile may leave CPU facts unknown (None): say so rather than fail formatting them.
+    usable = "unknown" if host.cpus_usable is None else f"{host.cpus_usable:g}"
+    return (f"CPUs online {host.cpus_online or 'unknown'}, usable by this process {usable} (affinity and cgroup "
+            f"quota applied); NUMA nodes {host.numa_nodes or 'unknown'}; kernel {host.kernel or 'unknown'}"
             + ("; WSL2: host RAM and GPU memory are shared with Windows" if host.wsl2 else ""))
 
 

@@ -43,6 +43,7 @@ CODES: dict[str, str] = {
     "RUNTIME_NEEDS_NETWORK": "the engine tried to reach the network, which the container does not have",
     "CHECKPOINT_CHANGED": "a checkpoint file changed (size, mtime or inode) after it was hashed",
     "CHECKPOINT_AUTH_FAILED": "a file's SHA-256 differs from its content address or the publisher's hash",
+    "REVISION_MISMATCH": "the checkpoint is the cache snapshot of another revision than the settings name",
     "LOAD_OOM": "the GPU ran out of memory while loading the weights",
     "NO_KV_MEMORY": "the weights loaded but no memory was left for the KV cache",
     "TRUST_REMOTE_CODE_REQUIRED": "the model needs --trust-remote-code and the settings do not allow it",

@@ -163,8 +163,9 @@ def parse_settings(data: dict, path: str, sha256: str) -> Settings:
     else:
         raise SettingsError(path, [f"field 'schema': value {schema!r}: must be {OWN_SCHEMA!r} or {LEGACY_SCHEMA!r}"])
     reverse = {v: k for k, v in _LEGACY_MAP.items()} if schema == LEGACY_SCHEMA else {}
-    errors = [f"field {k[1:]!r}: unknown field (not in {schema})" for k in body if k.startswith("?")]
-    errors += [f"field {k!r}: unknown field (not in {schema})" for k in body
+    errors = [f"field {k[1:]!r}: value {v!r}: unknown field (not in {schema})" for k, v in body.items()
+              if k.startswith("?")]
+    errors += [f"field {k!r}: value {v!r}: unknown field (not in {schema})" for k, v in body.items()
                if not k.startswith("?") and k not in allowed]
     errors += [f"field {reverse.get(k, k)!r}: required" for k in required if k not in body]
     for key, value in body.items():

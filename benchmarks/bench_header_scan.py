@@ -1,0 +1,161 @@
+"""Header scan benchmark: read_checkpoint over a 1,000-shard, ~1 TB (sparse) MoE checkpoint.
+
+The checkpoint is built once and cached in a temp folder named after its shape (it costs ~20 MB of disk:
+headers only, data regions are sparse). Each figure is timed several times in this one process run, next to
+two anchors measured in the same run, so the result reads as a ratio on whatever machine runs it:
+  * `python -c pass` (interpreter start-up, a CPU-speed anchor);
+  * plain `json.loads` of the same 1,000 headers already in memory, collector paused (the floor any
+    Python reader of these headers pays, before checking a single rule).
+
+    python benchmarks/bench_header_scan.py [--runs 7] [--experts 384] [--results benchmarks/RESULTS-header.md]
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from plugin.checkpoint import read_checkpoint  # noqa: E402
+from tests_offline.synth import moe_tensors, write_checkpoint  # noqa: E402
+
+TARGET_S = 1.0
+
+
+def kimi_k2_like(layers: int, experts: int) -> tuple[dict, dict]:
+    """A Kimi-K2/DeepSeek-V3-shaped FP8 checkpoint: block-FP8 experts with their F32 scale blocks."""
+    config = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+              "num_hidden_layers": layers, "n_routed_experts": experts,
+              "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                      "weight_block_size": [128, 128]}}
+    tensors = moe_tensors(layers=layers, experts=experts, hidden=7168, moe_intermediate=2048, dense_layers=1,
+                          intermediate=18432, vocab=163840, heads=64, kv_heads=64, head_dim=128,
+                          expert_dtype="F8_E4M3", expert_scales=True)
+    return config, tensors
+
+
+def build(folder: Path, layers: int, experts: int, shards: int) -> Path:
+    """Build the checkpoint once; a marker file says the cached copy is complete."""
+    root = folder / "ckpt"
+    marker = folder / "complete"
+    if marker.exists():
+        return root
+    config, tensors = kimi_k2_like(layers, experts)
+    write_checkpoint(root, config, tensors, shards=shards)
+    marker.write_text("built\n")
+    return root
+
+
+def timed(fn, runs: int) -> tuple[list[float], list[float]]:
+    """Wall and CPU seconds (this process and its children) of `runs` calls after one warm-up call."""
+    fn()  # warm-up: page cache, imports
+    wall, cpu = [], []
+    for _ in range(runs):
+        t0, c0 = time.perf_counter(), _cpu()
+        result = fn()
+        wall.append(time.perf_counter() - t0)
+        cpu.append(_cpu() - c0)
+        del result  # freeing the facts is not part of the scan (a session keeps them)
+    return wall, cpu
+
+
+def _cpu() -> float:
+    own, children = os.times(), os.times()
+    return own.user + own.system + children.children_user + children.children_system
+
+
+def parse_all(headers: list[bytes]) -> None:
+    """The floor: plain json.loads of the index and every header, collector paused as read_checkpoint does."""
+    gc.disable()
+    try:
+        for header in headers:
+            json.loads(header)
+    finally:
+        gc.enable()
+
+
+def machine() -> str:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor() or "unknown CPU")
+    return (f"{model}, {os.cpu_count()} CPUs visible, Python {platform.python_version()}, "
+            f"{platform.system()} {platform.release()}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--layers", type=int, default=61)
+    parser.add_argument("--experts", type=int, default=384)
+    parser.add_argument("--shards", type=int, default=1000)
+    parser.add_argument("--results", type=Path, help="write the markdown section to this file")
+    args = parser.parse_args()
+
+    folder = Path(tempfile.gettempdir()) / f"onegpu-bench-header-{args.layers}x{args.experts}-{args.shards}"
+    root = build(folder, args.layers, args.experts, args.shards)
+    facts = read_checkpoint(root)
+    shard_paths = [root / s.name for s in facts.shards]
+    index_text = (root / facts.index_file).read_bytes()
+    index_bytes = len(index_text)
+    headers = [index_text]
+    for path in shard_paths:
+        with open(path, "rb") as fh:
+            headers.append(fh.read(int.from_bytes(fh.read(8), "little")))
+
+    scan = timed(lambda: read_checkpoint(root), args.runs)
+    startup = timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), args.runs)
+    stats = timed(lambda: [os.stat(p) for p in shard_paths], args.runs)
+    floor = timed(lambda: parse_all(headers), args.runs)
+
+    med = statistics.median
+    apparent = sum(s.size_bytes for s in facts.shards)
+
+    def row(label: str, figure: tuple[list[float], list[float]], digits: int = 3) -> str:
+        wall, cpu = figure
+        return (f"| {label} | {min(wall):.{digits}f} | {med(wall):.{digits}f} | {min(cpu):.{digits}f} | "
+                f"{med(cpu):.{digits}f} |")
+
+    lines = [
+        "## Header scan (read_checkpoint) of a 1,000-shard sparse checkpoint",
+        "",
+        f"* Date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"* Machine: {machine()}; load average at the end of the run: {os.getloadavg()[0]:.1f}",
+        f"* Command: `python benchmarks/bench_header_scan.py --runs {args.runs} --layers {args.layers} "
+        f"--experts {args.experts} --shards {args.shards}`",
+        f"* Checkpoint: {len(facts.shards):,} shards, {apparent / 1e12:.3f} TB apparent "
+        f"({apparent / 2**40:.3f} TiB), {len(facts.tensors):,} tensors "
+        f"({args.layers} layers x {args.experts} experts, block-FP8 with F32 scales), "
+        f"{sum(s.header_bytes for s in facts.shards) / 1e6:.1f} MB of headers and a "
+        f"{index_bytes / 1e6:.1f} MB index; cached in {folder}",
+        f"* Page cache: warm (one untimed warm-up call before the {args.runs} timed calls of each figure)",
+        "",
+        "| figure | wall min s | wall median s | CPU min s | CPU median s |",
+        "| --- | --- | --- | --- | --- |",
+        row("read_checkpoint (listing, index, 1,000 headers, every rule, facts)", scan),
+        row("anchor: `python -c pass` start-up", startup),
+        row("anchor: os.stat of every shard", stats, 4),
+        row("floor: plain json.loads of the index and the 1,000 headers (in memory, collector paused)", floor),
+        "",
+        f"* Ratio scan / `python -c pass` (wall medians): {med(scan[0]) / med(startup[0]):.1f}",
+        f"* Ratio scan / plain json.loads floor (wall medians): {med(scan[0]) / med(floor[0]):.2f}",
+        f"* Target: under {TARGET_S:.0f} s -> {'met' if med(scan[0]) < TARGET_S else 'NOT met'} "
+        f"(wall median {med(scan[0]):.3f} s, CPU median {med(scan[1]):.3f} s)",
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.results:
+        args.results.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,277 @@
+"""A checkpoint folder -> CheckpointFacts, from config.json, the index and the shard headers (no weights read).
+
+Every rule a checkpoint breaks ends as Blocked: CHECKPOINT_MISSING (no folder, no config.json, no index or
+single shard), CHECKPOINT_INCOMPLETE (shards, tensors or tokenizer files missing or unreadable) or
+CHECKPOINT_CORRUPT (a header, the index or a link breaks a rule), each message naming the file and the rule.
+"""
+from __future__ import annotations
+
+import gc
+import math
+import os
+import shutil
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+from .checkpoint_files import cache_layout, list_files, normal_name, shard_name_problem
+from .checkpoint_model import ROLES, SYNTHETIC_METADATA_KEY, CheckpointFacts, ShardFacts, TensorInfo
+from .outcomes import Blocked, gib
+from .quant_config import quant_facts
+from .safetensors_header import HeaderError, ShardHeader, brief, decode_json, read_header
+from .tensor_roles import is_packed, layer_index, tensor_role
+
+CONFIG_NAME = "config.json"
+INDEX_NAME = "model.safetensors.index.json"
+SINGLE_NAME = "model.safetensors"
+MODELOPT_NAME = "hf_quant_config.json"
+TOKENIZER_NAMES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
+# config.json, the index and hf_quant_config.json are small; a larger one is refused before it is read.
+MAX_JSON_BYTES = 100_000_000
+SHOWN = 5  # names listed in a message before "and N more"
+
+
+def read_checkpoint(root) -> CheckpointFacts:
+    """Read everything the headers say about the checkpoint at `root`.
+
+    Raises Blocked CHECKPOINT_MISSING, CHECKPOINT_INCOMPLETE or CHECKPOINT_CORRUPT; never another exception
+    for bad input.
+    """
+    # The index and the headers of a large MoE checkpoint are ~10^5 small acyclic objects each: collector
+    # passes over them while they are built would double the scan and free nothing.
+    with _gc_paused():
+        return _read(Path(os.path.abspath(root)))
+
+
+def _read(root: Path) -> CheckpointFacts:
+    if not root.is_dir():
+        what = "does not exist" if not os.path.lexists(root) else "is not a folder"
+        raise Blocked("CHECKPOINT_MISSING", f"the checkpoint folder {root} {what}")
+    if not (root / CONFIG_NAME).is_file():
+        raise Blocked("CHECKPOINT_MISSING", f"{CONFIG_NAME} is missing from the checkpoint folder {root}")
+    layout = cache_layout(root)
+    listing = list_files(root, layout)
+    present = set(listing.files)
+    config = _json_object(root, CONFIG_NAME)
+    side = _json_object(root, MODELOPT_NAME) if MODELOPT_NAME in present else None
+    index_file, weight_map, total_size = _index(root, present)
+    shards = list(dict.fromkeys(weight_map.values())) if weight_map is not None else [SINGLE_NAME]
+    _check_shards_present(shards, present, listing.dangling)
+    headers = {name: _header(root, name) for name in shards}
+    if weight_map is None:
+        weight_map = {t[0]: SINGLE_NAME for t in headers[SINGLE_NAME].tensors}
+        if not weight_map:
+            raise Blocked("CHECKPOINT_CORRUPT", f"{SINGLE_NAME}: the shard holds no tensors")
+    tensors, totals = _tensor_rows(weight_map, headers)
+    _check_unlisted(root, listing.files, shards, index_file)
+    facts = _facts(root, layout, config, side, index_file, total_size, headers, tensors, totals, listing)
+    _check_total_size(facts, headers)
+    _check_rest(facts, listing)
+    return facts
+
+
+@contextmanager
+def _gc_paused():
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _json_object(root: Path, name: str) -> dict:
+    """A small JSON file of the checkpoint, strictly parsed, that must hold an object."""
+    path = root / name
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > MAX_JSON_BYTES:
+                raise Blocked("CHECKPOINT_CORRUPT", f"{name}: {size:,} bytes is beyond the {MAX_JSON_BYTES:,}-byte "
+                              "limit for a JSON file of the checkpoint")
+            raw = fh.read()
+    except FileNotFoundError:
+        raise Blocked("CHECKPOINT_MISSING", f"{name} is missing from the checkpoint folder {root}") from None
+    except OSError as exc:
+        raise Blocked("CHECKPOINT_INCOMPLETE", f"{name}: cannot be read ({exc.strerror})") from None
+    try:
+        value = decode_json(raw)
+    except ValueError as exc:
+        raise Blocked("CHECKPOINT_CORRUPT", f"{name}: {exc}") from None
+    if not isinstance(value, dict):
+        raise Blocked("CHECKPOINT_CORRUPT", f"{name}: must hold a JSON object, not {type(value).__name__}")
+    return value
+
+
+def _index(root: Path, present: set) -> tuple[str | None, dict | None, int | None]:
+    """(index file name, weight_map, metadata.total_size), or (None, None, None) for a single shard."""
+    if INDEX_NAME not in present:
+        if SINGLE_NAME in present:
+            return None, None, None
+        raise Blocked("CHECKPOINT_MISSING", f"neither {INDEX_NAME} nor {SINGLE_NAME} is in the checkpoint "
+                      f"folder {root}")
+    index = _json_object(root, INDEX_NAME)
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict):
+        raise Blocked("CHECKPOINT_CORRUPT", f"{INDEX_NAME}: weight_map must be an object of tensor name to shard file")
+    if not weight_map:
+        raise Blocked("CHECKPOINT_CORRUPT", f"{INDEX_NAME}: weight_map names no tensors")
+    not_text = next(((t, s) for t, s in weight_map.items() if type(s) is not str), None)
+    if not_text:
+        raise Blocked("CHECKPOINT_CORRUPT", f"{INDEX_NAME}: weight_map[{brief(not_text[0])}] must be a shard "
+                      f"file name, not {brief(not_text[1])}")
+    for shard in dict.fromkeys(weight_map.values()):  # each distinct shard name once
+        problem = shard_name_problem(shard)
+        if problem:
+            tensor = next(t for t, s in weight_map.items() if s == shard)
+            raise Blocked("CHECKPOINT_CORRUPT", f"{INDEX_NAME}: tensor {brief(tensor)} -> {brief(shard)}: {problem}")
+    metadata = index.get("metadata", {})
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, dict):
+        raise Blocked("CHECKPOINT_CORRUPT", f"{INDEX_NAME}: metadata must be an object")
+    total = metadata.get("total_size")
+    if total is not None and (type(total) is not int or total < 0):
+        raise Blocked("CHECKPOINT_CORRUPT", f"{INDEX_NAME}: metadata.total_size must be a non-negative integer "
+                      f"byte count, not {brief(total)}")
+    return INDEX_NAME, weight_map, total
+
+
+def _listed(names: list[str]) -> str:
+    shown = ", ".join(n if len(n) <= 200 else n[:197] + "..." for n in names[:SHOWN])
+    return shown + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
+
+
+def _check_shards_present(shards: list[str], present: set, dangling: list[str]) -> None:
+    missing = [s for s in shards if normal_name(s) not in present]
+    if missing:
+        broken = set(dangling)
+        notes = [f"{s} (a link to a missing file)" if normal_name(s) in broken else s for s in missing]
+        raise Blocked("CHECKPOINT_INCOMPLETE", f"{len(missing)} of {len(shards)} shard(s) named by the index are "
+                      f"missing: {_listed(notes)}", {"missing_shards": len(missing), "shards": len(shards)})
+
+
+def _header(root: Path, name: str) -> ShardHeader:
+    try:
+        return read_header(root / name, name)
+    except HeaderError as exc:
+        raise Blocked("CHECKPOINT_CORRUPT", f"shard {exc.shard}: {exc.rule}") from None
+    except OSError as exc:
+        raise Blocked("CHECKPOINT_INCOMPLETE", f"shard {name}: cannot be read ({exc.strerror})") from None
+
+
+def _check_unlisted(root: Path, files: list[str], shards: list[str], index_file: str | None) -> None:
+    """A top-level .safetensors file the index does not list must hold no tensors.
+
+    Such a file is a leftover of another download or revision: an engine without an index loads every
+    .safetensors file of the folder, and custody would vouch for bytes the facts never counted.
+    `consolidated*.safetensors` is left alone: Mistral ships it beside the indexed shards for its own loader.
+    """
+    listed = {normal_name(s) for s in shards}
+    for name in files:
+        if "/" in name or not name.endswith(".safetensors") or name in listed or name.startswith("consolidated"):
+            continue
+        count = len(_header(root, name).tensors)
+        if count:
+            by = f"{index_file} does not list it" if index_file else f"there is no index and it is not {SINGLE_NAME}"
+            raise Blocked("CHECKPOINT_CORRUPT", f"shard {name}: holds {count} tensor(s) but {by} (a leftover of "
+                          "another download? the engine could load it)")
+
+
+def _tensor_rows(weight_map: dict, headers: dict[str, ShardHeader]) -> tuple[list[TensorInfo], dict]:
+    """One pass over every header entry: the index must name the same tensors in the same shards.
+
+    Returns the rows in index order and the byte/parameter totals; raises Blocked CHECKPOINT_CORRUPT for a
+    tensor the index places elsewhere (or nowhere), CHECKPOINT_INCOMPLETE for one no header holds.
+    """
+    rows: dict[str, TensorInfo] = {}
+    stray: list[str] = []
+    by_dtype: dict[str, int] = {}
+    params: dict[str, int] = {}
+    packed: dict[str, int] = {}
+    by_role = dict.fromkeys(ROLES, 0)
+    prod = math.prod
+    for shard, header in headers.items():
+        for name, dtype, shape, start, end in header.tensors:
+            if weight_map.get(name) != shard:
+                stray.append(f"{name} (in {shard}; the index says {weight_map.get(name) or 'nothing'})")
+                continue
+            size = end - start
+            role = tensor_role(name)
+            by_dtype[dtype] = by_dtype.get(dtype, 0) + size
+            by_role[role] += size
+            if is_packed(name, dtype):
+                packed[dtype] = packed.get(dtype, 0) + size
+            else:
+                params[dtype] = params.get(dtype, 0) + prod(shape)
+            rows[name] = TensorInfo(name, dtype, shape, size, shard, role, layer_index(name))
+    if stray:
+        raise Blocked("CHECKPOINT_CORRUPT", f"{len(stray)} tensor(s) in shard headers are not where "
+                      f"{INDEX_NAME} puts them: {_listed(stray)}", {"stray_tensors": len(stray)})
+    if len(rows) != len(weight_map):
+        missing = [f"{t} (index: {s})" for t, s in weight_map.items() if t not in rows]
+        raise Blocked("CHECKPOINT_INCOMPLETE", f"{len(missing)} tensor(s) named by {INDEX_NAME} are in no shard "
+                      f"header: {_listed(missing)}", {"missing_tensors": len(missing)})
+    totals = {"by_dtype": by_dtype, "params": params, "packed": packed, "by_role": by_role}
+    return [rows[name] for name in weight_map], totals
+
+
+def _facts(root, layout, config, side, index_file, total_size, headers, tensors, totals, listing):
+    by_dtype, params, packed = totals["by_dtype"], totals["params"], totals["packed"]
+    quant = quant_facts(config, side)
+    if packed:
+        note = ", ".join(f"{d} {gib(b)}" for d, b in sorted(packed.items()))
+        quant = replace(quant, description=f"{quant.description}; packed blocks ({note}) are counted by bytes, "
+                        "not parameters")
+    architectures = config.get("architectures")
+    return CheckpointFacts(
+        root=str(root),
+        hf_cache_repo=layout.hf_cache_repo,
+        hf_revision=layout.hf_revision,
+        config=config,
+        architectures=[a for a in architectures if isinstance(a, str)] if isinstance(architectures, list) else [],
+        model_type=config.get("model_type") if isinstance(config.get("model_type"), str) else None,
+        quant=quant,
+        index_file=index_file,
+        shards=[ShardFacts(n, h.file_bytes, h.header_bytes, len(h.tensors)) for n, h in headers.items()],
+        tensors=tensors,
+        bytes_by_dtype=dict(sorted(by_dtype.items())),
+        params_by_dtype=dict(sorted(params.items())),
+        packed_bytes_by_dtype=dict(sorted(packed.items())),
+        bytes_by_role=totals["by_role"],
+        weight_bytes=sum(by_dtype.values()),
+        index_total_size=total_size,
+        tokenizer_files=[n for n in TOKENIZER_NAMES if n in set(listing.files)],
+        files=listing.files,
+        synthetic=any(SYNTHETIC_METADATA_KEY in h.metadata for h in headers.values()),
+        disk_free_bytes=_disk_free(root),
+    )
+
+
+def _disk_free(root: Path) -> int | None:
+    try:
+        return shutil.disk_usage(root).free
+    except OSError:
+        return None
+
+
+def _check_total_size(facts: CheckpointFacts, headers: dict[str, ShardHeader]) -> None:
+    stated = facts.index_total_size
+    if stated is None or stated == facts.weight_bytes:
+        return
+    file_total = sum(h.file_bytes for h in headers.values())
+    hint = " (it equals the shard file sizes, headers included)" if stated == file_total else ""
+    raise Blocked("CHECKPOINT_CORRUPT", f"{INDEX_NAME}: metadata.total_size is {stated:,} bytes{hint} but the shard "
+                  f"headers declare {facts.weight_bytes:,} bytes of tensor data (difference "
+                  f"{stated - facts.weight_bytes:+,} bytes)",
+                  {"index_total_size": stated, "header_weight_bytes": facts.weight_bytes})
+
+
+def _check_rest(facts: CheckpointFacts, listing) -> None:
+    if listing.dangling:
+        raise Blocked("CHECKPOINT_INCOMPLETE", f"{len(listing.dangling)} link(s) in the checkpoint lead to missing "
+                      f"files: {_listed(listing.dangling)}")
+    if not facts.tokenizer_files:
+        raise Blocked("CHECKPOINT_INCOMPLETE", f"no tokenizer file in the checkpoint folder (looked for "
+                      f"{', '.join(TOKENIZER_NAMES)})")

@@ -1,0 +1,57 @@
+"""Tensor names -> the role the capacity table keeps apart, the decoder layer, and whether data is packed.
+
+Pure functions over names and dtypes, kept to a few C-level string operations each because they run once
+per tensor (10^5 of them in a large MoE checkpoint). Roles: routed experts (per-expert or fused
+expert weights and their scales), embeddings and head, and everything else as shared/dense (attention,
+norms, routers, shared experts).
+"""
+from __future__ import annotations
+
+import re
+
+ROUTED_EXPERTS = "routed_experts"
+SHARED_DENSE = "shared_dense"
+EMBEDDINGS_HEAD = "embeddings_head"
+
+# Head and embedding modules that do not say "embed" (GPT-2 `wte`/`wpe`, DeepSeek MTP `shared_head`).
+_HEAD_PARTS = (".lm_head.", ".wte.", ".wpe.", ".shared_head.")
+# Containers whose next name part is the decoder layer number (one regular expression: one C-level scan).
+_LAYER = re.compile(r"(?:^|\.)(?:layers|layer|h|blocks|block)\.([0-9]+)\.")
+
+# Integer tensors whose elements are several values packed together: counted by bytes, not parameters.
+_PACKED_SUFFIXES = ("_blocks", "_packed", ".qweight", ".qzeros")
+_INTEGER_DTYPES = frozenset(("U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64"))
+
+
+def tensor_role(name: str) -> str:
+    """The capacity role of a tensor from its name.
+
+    `.experts.` covers `mlp.experts.7.down_proj.weight` (DeepSeek, Qwen-MoE, MiMo), `block_sparse_moe.experts.`
+    (Mixtral), `feed_forward.experts.` (Llama 4) and fused `mlp.experts.gate_up_proj_blocks` (gpt-oss);
+    `shared_experts.` / `shared_expert.` never match (an underscore, not a dot, precedes "experts").
+    Any name part containing "embed" (embed_tokens, tok_embeddings, word_embeddings, embed_out), the usual
+    head names, and the original Llama layout's top-level `output.weight` are embeddings/head.
+    """
+    dotted = f".{name}."
+    if ".experts." in dotted:
+        return ROUTED_EXPERTS
+    if "embed" in name or name.startswith("output.") or any(part in dotted for part in _HEAD_PARTS):
+        return EMBEDDINGS_HEAD
+    return SHARED_DENSE
+
+
+def layer_index(name: str) -> int | None:
+    """The decoder layer number a tensor name carries (`model.layers.12.`, `transformer.h.3.`), or None."""
+    match = _LAYER.search(name)
+    return int(match.group(1)) if match else None
+
+
+def is_packed(name: str, dtype: str) -> bool:
+    """True when the tensor's elements hold packed sub-byte values (U8 blocks, `*_blocks`, `*_packed`).
+
+    U8 is always treated as packed: in checkpoints it holds F4 pairs (mxfp4, nvfp4) or E8M0 scale bytes, so
+    only its byte count is certain.
+    """
+    if dtype == "U8":
+        return True
+    return dtype in _INTEGER_DTYPES and name.endswith(_PACKED_SUFFIXES)

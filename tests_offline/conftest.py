@@ -1,0 +1,32 @@
+"""Shared fixtures for the kit's own tests: pytester, the real Docker daemon, a kit project in a temp dir."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import docker  # noqa: F401
+import pytest
+import requests  # noqa: F401
+
+from tests_offline.docker_required import docker_client  # noqa: F401  (a fixture for every offline test)
+
+# docker and requests are imported up front on purpose: an in-process pytester run drops the modules first
+# imported inside it, and a library half dropped (requests' CookieJar class imported twice) breaks later tests.
+
+pytest_plugins = ["pytester"]
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PROFILES = REPO_ROOT / "profiles"
+
+
+@pytest.fixture
+def kit_project(pytester):
+    """A pytester folder laid out like the repo root: its pytest.ini and conftest.py load the real plugin.
+
+    Tests write their own tiny kit tests into `tests_hw/` and run pytest there.
+    """
+    pytester.syspathinsert(REPO_ROOT)
+    shutil.copy(REPO_ROOT / "pytest.ini", pytester.path / "pytest.ini")
+    shutil.copy(REPO_ROOT / "conftest.py", pytester.path / "conftest.py")
+    (pytester.path / "tests_hw").mkdir()
+    return pytester
