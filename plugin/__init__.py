@@ -25,6 +25,7 @@ __version__ = "0.1.0"
 pytest_plugins = [
     "plugin.fixtures_machine",
     "plugin.fixtures_plan",
+    "plugin.fixtures_custody",
 ]
 
 MARKERS = {

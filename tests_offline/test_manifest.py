@@ -1,0 +1,592 @@
+"""Custody: walk, parallel SHA-256, page-cache hygiene, cache content addresses, publisher hashes, re-check, reuse.
+
+Everything here runs on real files in a temporary folder: real symlinks in a Hugging Face cache layout, real
+`git hash-object` and `sha256sum` as independent references, the kernel's own page-cache residency (mincore)
+to see the effect of posix_fadvise.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import mmap
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from plugin.custody import CustodyRequest, Reuse, covers_every_file, take_custody
+from plugin.hf_cache_auth import (CONTENT_ADDRESS_STATEMENT, PublisherHashesError, detect_layout,
+                                  parse_publisher_hashes)
+from plugin.manifest import (DROP_STEP_BYTES, MIB, FileStat, ManifestError, buffer_bytes_for, default_workers,
+                             hash_file, hash_files, load_manifest, progress_line, recheck, walk_checkpoint)
+from plugin.outcomes import Blocked
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parent.parent
+REV = "0123456789abcdef0123456789abcdef01234567"
+OTHER_REV = "fedcba9876543210fedcba9876543210fedcba98"
+
+
+# ---------------------------------------------------------------- builders
+
+def plain_checkpoint(root: Path) -> Path:
+    """A small plain checkpoint: two shards crossing buffer boundaries, config, a nested file, an empty one."""
+    root.mkdir(parents=True)
+    (root / "model-00001-of-00002.safetensors").write_bytes(os.urandom(3 * MIB + 12345))
+    (root / "model-00002-of-00002.safetensors").write_bytes(os.urandom(MIB))
+    (root / "config.json").write_text('{"model_type": "demo"}\n')
+    (root / "original").mkdir()
+    (root / "original" / "params.json").write_text("{}\n")
+    (root / "empty.txt").write_bytes(b"")
+    return root
+
+
+def git_blob_sha1(data: bytes, where: Path) -> str:
+    """The git blob name of `data`, from git itself (an independent reference for the kit's own SHA-1)."""
+    tmp = where / ".git-object"
+    tmp.write_bytes(data)
+    try:
+        return subprocess.run(["git", "hash-object", str(tmp)], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    finally:
+        tmp.unlink()
+
+
+def hf_cache(base: Path, files: dict[str, bytes], lfs: set[str], revision: str = REV) -> Path:
+    """A Hugging Face cache repo: blobs named by SHA-256 (LFS) or git SHA-1, snapshot symlinks into them."""
+    repo = base / "hub" / "models--o--n"
+    blobs = repo / "blobs"
+    blobs.mkdir(parents=True)
+    snapshot = repo / "snapshots" / revision
+    for rel, data in files.items():
+        name = hashlib.sha256(data).hexdigest() if rel in lfs else git_blob_sha1(data, base)
+        (blobs / name).write_bytes(data)
+        link = snapshot / rel
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blobs / name, link.parent))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    return snapshot
+
+
+HF_FILES = {"model.safetensors": os.urandom(2 * MIB + 7), "config.json": b'{"model_type": "demo"}\n',
+            "tokenizer.json": b'{"version": "1.0"}\n', "sub/extra.bin": os.urandom(70_000)}
+HF_LFS = {"model.safetensors", "sub/extra.bin"}
+
+
+def custody(root: Path, run: Path, **kw):
+    run.mkdir(parents=True, exist_ok=True)
+    kw.setdefault("workers", 3)
+    return take_custody(CustodyRequest(root, kw.pop("revision", REV), kw.pop("model_id", "o/n"), run, **kw))
+
+
+def sha256sum_lines(root: Path) -> str:
+    """Publisher-style hashes made by coreutils sha256sum (not by the kit)."""
+    names = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    return subprocess.run(["sha256sum", *names], cwd=root, capture_output=True, text=True, check=True).stdout
+
+
+def publisher(text: str | bytes, name: str = "hashes.txt"):
+    raw = text.encode() if isinstance(text, str) else text
+    return parse_publisher_hashes(raw, name, hashlib.sha256(raw).hexdigest())
+
+
+# ---------------------------------------------------------------- walk
+
+def test_walk_lists_every_file_with_its_stat(tmp_path):
+    root = plain_checkpoint(tmp_path / "ckpt")
+    files = walk_checkpoint(detect_layout(root))
+    assert [f.path for f in files] == ["config.json", "empty.txt", "model-00001-of-00002.safetensors",
+                                       "model-00002-of-00002.safetensors", "original/params.json"]
+    shard = files[2]
+    st = os.stat(root / shard.path)
+    assert (shard.size, shard.inode, shard.mtime_ns, shard.blob) == (st.st_size, st.st_ino, st.st_mtime_ns, None)
+
+
+def test_walk_follows_snapshot_links_into_blobs(tmp_path):
+    snapshot = hf_cache(tmp_path, HF_FILES, HF_LFS)
+    layout = detect_layout(snapshot)
+    assert (layout.revision, layout.repo_model_id) == (REV, "o/n")
+    files = {f.path: f for f in walk_checkpoint(layout)}
+    assert set(files) == set(HF_FILES)
+    blob = files["model.safetensors"].blob
+    assert blob == f"blobs/{hashlib.sha256(HF_FILES['model.safetensors']).hexdigest()}"
+    assert files["model.safetensors"].inode == os.stat(layout.repo / blob).st_ino
+
+
+def test_a_link_to_a_snapshot_is_still_a_cache_snapshot(tmp_path):
+    snapshot = hf_cache(tmp_path, HF_FILES, HF_LFS)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "demo").symlink_to(snapshot)
+    result = custody(tmp_path / "models" / "demo", tmp_path / "run")
+    assert result.layout.revision == REV and result.statements[0].startswith(CONTENT_ADDRESS_STATEMENT)
+
+
+@pytest.mark.parametrize("make, code, named", [
+    (lambda r: (r / "outside").symlink_to("/etc/hostname"), "CHECKPOINT_CORRUPT", "outside: a link that leads"),
+    (lambda r: (r / "dangling").symlink_to(r / "nowhere"), "CHECKPOINT_INCOMPLETE", "dangling (a link to nothing)"),
+])
+def test_walk_refuses_what_the_engine_could_not_read(tmp_path, make, code, named):
+    root = plain_checkpoint(tmp_path / "ckpt")
+    make(root)
+    with pytest.raises(Blocked) as err:
+        walk_checkpoint(detect_layout(root))
+    assert err.value.code == code and named in err.value.message
+
+
+def test_walk_follows_folder_links_inside_and_leaves_out_special_files(tmp_path):
+    root = plain_checkpoint(tmp_path / "ckpt")
+    (root / "linked-dir").symlink_to(root / "original")
+    os.mkfifo(root / "pipe")  # reading it would block: not a checkpoint file
+    files = {f.path: f for f in walk_checkpoint(detect_layout(root))}
+    assert "pipe" not in files
+    assert {"linked-dir/params.json", "original/params.json"} & set(files)  # the folder is read once
+
+
+def test_walk_of_missing_or_empty_folder_is_missing(tmp_path):
+    for root in (tmp_path / "absent", tmp_path):
+        with pytest.raises(Blocked) as err:
+            walk_checkpoint(detect_layout(root))
+        assert err.value.code == "CHECKPOINT_MISSING"
+
+
+# ---------------------------------------------------------------- hashing engine
+
+def test_parallel_hashing_gives_the_digests_of_a_single_thread(tmp_path):
+    root = tmp_path / "many"
+    root.mkdir()
+    for i, size in enumerate([0, 1, MIB - 1, MIB, MIB + 1, 5 * MIB + 3, 123_457, 9 * MIB]):
+        (root / f"f{i}.bin").write_bytes(os.urandom(size))
+    files = walk_checkpoint(detect_layout(root))
+    digests, seconds = hash_files(root, files, workers=4)
+    expected = {f.path: hashlib.sha256((root / f.path).read_bytes()).hexdigest() for f in files}
+    assert {p: d.sha256 for p, d in digests.items()} == expected
+    assert seconds > 0
+
+
+def test_git_blob_sha1_matches_git_itself(tmp_path):
+    data = b"small file\n" * 100
+    path = tmp_path / "small"
+    path.write_bytes(data)
+    entry = walk_checkpoint(detect_layout(tmp_path))[0]
+    digest = hash_file(str(path), entry, bytearray(MIB), git_sha1=True)
+    assert digest.git_sha1 == git_blob_sha1(data, tmp_path)
+    assert digest.sha256 == hashlib.sha256(data).hexdigest()
+
+
+def test_a_file_changed_after_the_walk_is_named(tmp_path):
+    path = tmp_path / "shard"
+    path.write_bytes(os.urandom(1000))
+    entry = walk_checkpoint(detect_layout(tmp_path))[0]
+    stale = FileStat(entry.path, entry.size + 1, entry.mtime_ns, entry.ctime_ns, entry.inode, None)
+    assert "size changed" in hash_file(str(path), stale, bytearray(MIB)).changed
+    with pytest.raises(Blocked) as err:
+        hash_files(tmp_path, [stale], workers=1)
+    assert err.value.code == "CHECKPOINT_CHANGED" and "shard" in err.value.message
+
+
+def test_a_file_that_vanishes_before_hashing_blocks(tmp_path):
+    root = plain_checkpoint(tmp_path / "ckpt")
+    files = walk_checkpoint(detect_layout(root))
+    (root / "config.json").unlink()
+    with pytest.raises(Blocked) as err:
+        hash_files(root, files, workers=2)
+    assert err.value.code == "CHECKPOINT_CHANGED" and "config.json" in err.value.message
+
+
+def test_buffers_stay_within_budget_whatever_the_worker_count():
+    assert buffer_bytes_for(1) == 4 * MIB and buffer_bytes_for(8) == 4 * MIB
+    assert buffer_bytes_for(16) == 2 * MIB and buffer_bytes_for(64) == MIB
+    assert all(buffer_bytes_for(n) * min(n, 32) <= 32 * MIB for n in range(1, 33))
+    assert 1 <= default_workers() <= 32 and default_workers(3.5) == 3
+
+
+def test_progress_line_shows_bytes_rate_eta_and_files():
+    line = progress_line(2 * 2**30, 8 * 2**30, 2.0, 3, 12)
+    assert line == ("hashing 2.00 GiB / 8.00 GiB ( 25.0%)  1,074 MB/s  ETA 0:00:06  files 3/12")
+    assert "ETA 0:00:00" in progress_line(10, 10, 1.0, 1, 1)
+
+
+def test_progress_is_reported_while_hashing_and_once_at_the_end(tmp_path):
+    root = plain_checkpoint(tmp_path / "ckpt")
+    lines = []
+    hash_files(root, walk_checkpoint(detect_layout(root)), 2, report=lambda line, final: lines.append((line, final)),
+               interval_s=0.0)
+    assert lines[-1][1] is True and "(100.0%)" in lines[-1][0] and "files 5/5" in lines[-1][0]
+    assert sum(1 for _, final in lines if final) == 1
+
+
+def _resident_fraction(path: Path) -> float:
+    """Share of the file's pages in the page cache, as the kernel's mincore(2) reports it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    size = path.stat().st_size
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+        vec = ctypes.create_string_buffer(pages)
+        try:
+            assert libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
+        finally:
+            libc.munmap(addr, size)
+        return sum(b & 1 for b in vec.raw) / pages
+    finally:
+        os.close(fd)
+
+
+def test_hashing_drops_what_it_read_from_the_page_cache(tmp_path):
+    if subprocess.run(["stat", "-f", "-c", "%T", str(tmp_path)], capture_output=True, text=True).stdout.strip() \
+            == "tmpfs":
+        pytest.skip("tmpfs pages are the storage itself: POSIX_FADV_DONTNEED cannot drop them")
+    path = tmp_path / "shard"
+    with open(path, "wb") as fh:
+        fh.write(os.urandom(DROP_STEP_BYTES + 5 * MIB))  # crosses one periodic drop and the final one
+        fh.flush()
+        os.fsync(fh.fileno())  # dirty pages cannot be dropped; clean ones can
+    entry = walk_checkpoint(detect_layout(tmp_path))[0]
+    path.read_bytes()
+    assert _resident_fraction(path) > 0.95
+    hash_file(str(path), entry, bytearray(MIB), drop_cache=False)
+    assert _resident_fraction(path) > 0.95  # without the advice the cache keeps the file
+    hash_file(str(path), entry, bytearray(MIB))
+    assert _resident_fraction(path) < 0.05
+
+
+# ---------------------------------------------------------------- authentication
+
+def test_cache_snapshot_is_authenticated_by_content_address(tmp_path):
+    snapshot = hf_cache(tmp_path, HF_FILES, HF_LFS)
+    result = custody(snapshot, tmp_path / "run")
+    assert result.blocked is None
+    assert result.statements[0].startswith(CONTENT_ADDRESS_STATEMENT) and REV in result.statements[0]
+    rows = {r["path"]: r for r in result.manifest["files"]}
+    assert rows["config.json"]["git_sha1"] == rows["config.json"]["blob"].split("/")[1]
+    assert rows["model.safetensors"]["sha256"] == hashlib.sha256(HF_FILES["model.safetensors"]).hexdigest()
+
+
+def test_tampered_lfs_blob_blocks_naming_the_file(tmp_path):
+    snapshot = hf_cache(tmp_path, HF_FILES, HF_LFS)
+    blob = snapshot / "model.safetensors"
+    with open(blob, "r+b") as fh:  # writes through the link into the blob
+        fh.seek(1000)
+        fh.write(b"X")
+    result = custody(snapshot, tmp_path / "run")
+    assert result.blocked.code == "CHECKPOINT_AUTH_FAILED"
+    assert "model.safetensors: blob" in result.blocked.message and "config.json" not in result.blocked.message
+    assert not any(s.startswith("AUTHENTICATED") for s in result.statements)
+    written = json.loads((tmp_path / "run" / "manifest.json").read_text())  # evidence kept even when blocked
+    assert written["authentication"]["failures"]
+
+
+def test_tampered_small_git_file_blocks_naming_the_file(tmp_path):
+    snapshot = hf_cache(tmp_path, HF_FILES, HF_LFS)
+    target = os.path.realpath(snapshot / "config.json")
+    Path(target).write_bytes(b'{"model_type": "evil"}\n')
+    result = custody(snapshot, tmp_path / "run")
+    assert result.blocked.code == "CHECKPOINT_AUTH_FAILED"
+    assert "config.json: blob" in result.blocked.message and "git-sha1" in result.blocked.message
+
+
+def test_file_without_content_address_is_said_to_rest_on_the_operator(tmp_path):
+    snapshot = hf_cache(tmp_path, HF_FILES, HF_LFS)
+    (snapshot / "notes.txt").write_text("copied in by hand\n")
+    result = custody(snapshot, tmp_path / "run")
+    assert result.blocked is None
+    assert "CONTENT ADDRESS CHECKED FOR 4 OF 5 FILES" in result.statements[0]
+    assert "notes.txt" in result.statements[0]
+
+
+def test_snapshot_of_another_revision_blocks_before_hashing(tmp_path):
+    snapshot = hf_cache(tmp_path, HF_FILES, HF_LFS, revision=OTHER_REV)
+    with pytest.raises(Blocked) as err:
+        custody(snapshot, tmp_path / "run")
+    assert err.value.code == "REVISION_MISMATCH" and OTHER_REV in err.value.message and REV in err.value.message
+    assert not (tmp_path / "run" / "manifest.json").exists()
+
+
+def test_plain_folder_revision_is_the_operators_assertion(tmp_path):
+    result = custody(plain_checkpoint(tmp_path / "ckpt"), tmp_path / "run")
+    assert result.statements == [f"REVISION IS THE OPERATOR'S ASSERTION: the checkpoint is a plain folder, so "
+                                 f"nothing local ties its bytes to revision {REV}"]
+
+
+def test_served_name_other_than_the_cache_repo_is_a_warning(tmp_path):
+    result = custody(hf_cache(tmp_path, HF_FILES, HF_LFS), tmp_path / "run", model_id="alias/name")
+    assert result.blocked is None and "o/n" in result.warnings[0]
+
+
+# ---------------------------------------------------------------- publisher hashes
+
+def test_publisher_hashes_from_sha256sum_authenticate_every_file(tmp_path):
+    root = plain_checkpoint(tmp_path / "ckpt")
+    hashes = publisher(sha256sum_lines(root))
+    result = custody(root, tmp_path / "run", publisher=hashes)
+    line = next(s for s in result.statements if s.startswith("AUTHENTICATED AGAINST PUBLISHER HASHES"))
+    assert "5 of 5 files match hashes.txt" in line and hashes.sha256 in line
+    assert result.manifest["authentication"]["publisher_hashes"]["file_sha256"] == hashes.sha256
+
+
+def test_publisher_hashes_as_json_object(tmp_path):
+    root = plain_checkpoint(tmp_path / "ckpt")
+    table = {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+             for p in root.rglob("*") if p.is_file()}
+    result = custody(root, tmp_path / "run", publisher=publisher(json.dumps(table), "hashes.json"))
+    assert result.blocked is None and any("5 of 5 files match hashes.json" in s for s in result.statements)
+
+
+def test_publisher_mismatch_blocks_naming_the_file(tmp_path):
+    root = plain_checkpoint(tmp_path / "ckpt")
+    hashes = publisher(sha256sum_lines(root))
+    (root / "config.json").write_text('{"model_type": "other"}\n')
+    result = custody(root, tmp_path / "run", publisher=hashes)
+    assert result.blocked.code == "CHECKPOINT_AUTH_FAILED"
+    assert "publisher hash: config.json: ours" in result.blocked.message
+    assert not any("AUTHENTICATED AGAINST" in s for s in result.statements)
+
+
+def test_publisher_missing_entries_are_named_both_ways(tmp_path):
+    root = plain_checkpoint(tmp_path / "ckpt")
+    lines = [ln for ln in sha256sum_lines(root).splitlines() if "params.json" not in ln]
+    lines.append(f"{'ab' * 32}  README.md")
+    result = custody(root, tmp_path / "run", publisher=publisher("\n".join(lines) + "\n"))
+    assert result.blocked is None
+    line = next(s for s in result.statements if "PUBLISHER HASHES" in s)
+    assert "4 of 5 files match" in line
+    assert "files without a publisher hash: original/params.json" in line
+    assert "publisher hashes without a file: README.md" in line
+
+
+@pytest.mark.parametrize("text, named", [
+    (f"{'a' * 64}  ok.bin\nnot a hash line\n", "line 2: 'not a hash line'"),
+    (f"{'a' * 63}  short.bin\n", "line 1:"),
+    (f"{'a' * 64}  ../escape.bin\n", "line 1: path '../escape.bin'"),
+    (f"{'a' * 64}  /abs.bin\n", "line 1: path '/abs.bin'"),
+    (f"{'a' * 64}  x.bin\n{'b' * 64}  ./x.bin\n", "line 2: path 'x.bin': already listed on line 1"),
+    (b"\xff\xfe garbage\n", "line 1: not UTF-8"),
+    ("# only a comment\n\n", "no hashes found"),
+    ('{"x.bin": "nothex"}', "key 'x.bin'"),
+    ('{"x.bin": "' + "a" * 64 + '", "x.bin": "' + "b" * 64 + '"}', "duplicate key"),
+    ('["not", "an", "object"]', "must be an object"),
+])
+def test_malformed_publisher_file_names_the_line(text, named):
+    with pytest.raises(PublisherHashesError) as err:
+        publisher(text)
+    assert named in str(err.value) and str(err.value).startswith("hashes.txt: ")
+
+
+def test_sha256sum_binary_and_tag_formats_are_read():
+    hashes = publisher(f"{'A' * 64} *bin.dat\nSHA256 (tag.dat) = {'b' * 64}\n")
+    assert hashes.entries == {"bin.dat": "a" * 64, "tag.dat": "b" * 64}
+
+
+# ---------------------------------------------------------------- re-check right before launch
+
+@pytest.fixture
+def hashed(tmp_path):
+    root = plain_checkpoint(tmp_path / "ckpt")
+    return root, custody(root, tmp_path / "run")
+
+
+def test_recheck_passes_when_nothing_changed(hashed):
+    root, result = hashed
+    assert "5 checkpoint files unchanged" in recheck(result.manifest, result.layout)
+    assert covers_every_file(result).startswith("the manifest covers all 5 files")
+
+
+def _touch(root):
+    st = os.stat(root / "config.json")
+    os.utime(root / "config.json", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+
+def _replace(root):
+    (root / "new").write_bytes((root / "config.json").read_bytes())
+    shutil.copystat(root / "config.json", root / "new")  # same size and mtime: only the inode tells
+    os.replace(root / "new", root / "config.json")
+
+
+def _resize(root):
+    os.truncate(root / "config.json", 3)
+
+
+@pytest.mark.parametrize("change, expected", [
+    (_touch, "config.json: mtime changed"),
+    (_replace, "config.json: inode"),
+    (_resize, "config.json: size 23 -> 3"),
+    (lambda r: (r / "added.bin").write_bytes(b"x"), "added.bin: new file"),
+    (lambda r: (r / "empty.txt").unlink(), "empty.txt: gone"),
+])
+def test_recheck_names_each_kind_of_change(hashed, change, expected):
+    root, result = hashed
+    change(root)
+    with pytest.raises(Blocked) as err:
+        recheck(result.manifest, result.layout)
+    assert err.value.code == "CHECKPOINT_CHANGED" and expected in err.value.message
+
+
+def test_planned_file_gone_before_hashing_blocks(tmp_path):
+    root = plain_checkpoint(tmp_path / "ckpt")
+    with pytest.raises(Blocked) as err:
+        custody(root, tmp_path / "run", planned_files=["config.json", "model-00003-of-00003.safetensors"])
+    assert err.value.code == "CHECKPOINT_CHANGED" and "model-00003" in err.value.message
+
+
+# ---------------------------------------------------------------- reuse of an earlier manifest
+
+def test_reuse_stat_matches_and_says_so(hashed, tmp_path):
+    root, first = hashed
+    data, digest = load_manifest(first.manifest_path)
+    second = custody(root, tmp_path / "run2", reuse=Reuse(str(first.manifest_path), digest, data))
+    assert second.hashing_s is None
+    assert second.statements[0].startswith("STAT-MATCHED, NOT RE-HASHED: the 5 files")
+    assert second.statements[1].startswith("(digests of the reused manifest) REVISION IS THE OPERATOR'S")
+    assert second.manifest["source"]["manifest_sha256"] == digest
+    assert [r["sha256"] for r in second.manifest["files"]] == [r["sha256"] for r in first.manifest["files"]]
+
+
+def test_reuse_after_a_change_refuses_instead_of_rehashing(hashed, tmp_path):
+    root, first = hashed
+    data, digest = load_manifest(first.manifest_path)
+    _touch(root)
+    with pytest.raises(Blocked) as err:
+        custody(root, tmp_path / "run2", reuse=Reuse(str(first.manifest_path), digest, data))
+    assert err.value.code == "CHECKPOINT_CHANGED"
+    assert "config.json: mtime changed" in err.value.message and "drop --reuse-manifest" in err.value.message
+    assert not (tmp_path / "run2" / "manifest.json").exists()
+
+
+def test_reuse_of_another_checkpoints_manifest_refuses(hashed, tmp_path):
+    _, first = hashed
+    data, digest = load_manifest(first.manifest_path)
+    other = plain_checkpoint(tmp_path / "other")
+    with pytest.raises(Blocked) as err:
+        custody(other, tmp_path / "run2", reuse=Reuse(str(first.manifest_path), digest, data))
+    assert err.value.code == "CHECKPOINT_CHANGED" and "was taken of" in err.value.message
+
+
+@pytest.mark.parametrize("content, named", [
+    ("{", "not valid JSON"),
+    ('{"schema": "other"}', "field 'schema'"),
+    ('{"schema": "onegpu/manifest@1", "root": "/x", "files": [{"path": "a", "size": true, "mtime_ns": 1, '
+     '"inode": 1, "sha256": "' + "a" * 64 + '"}]}', "files[0].size"),
+])
+def test_malformed_earlier_manifest_is_refused_by_name(tmp_path, content, named):
+    path = tmp_path / "manifest.json"
+    path.write_text(content)
+    with pytest.raises(ManifestError) as err:
+        load_manifest(path)
+    assert named in str(err.value)
+
+
+def test_manifest_file_is_private_and_complete(hashed):
+    _, result = hashed
+    assert stat.S_IMODE(result.manifest_path.stat().st_mode) == 0o600
+    data = json.loads(result.manifest_path.read_text())
+    assert data["totals"] == {"files": 5, "bytes": sum(r["size"] for r in data["files"])}
+    assert data["hashing"]["seconds"] > 0 and data["hashing"]["bytes_per_s"] > 0
+    assert set(data["files"][0]) >= {"path", "size", "mtime_ns", "inode", "sha256"}
+
+
+# ---------------------------------------------------------------- the fixtures, through pytest itself
+
+CONFTEST = """
+import time
+from pathlib import Path
+import pytest
+
+pytest_plugins = ["plugin"]
+
+@pytest.fixture(scope="session")
+def runtime_probe(kit):
+    # Stands in for the runtime probe (it needs the engine image): records when it ran.
+    (kit.run_folder / "probe-ran").write_text(str(time.time()))
+
+class _Planned:
+    def __init__(self, files): self.files = files
+
+@pytest.fixture(scope="session")
+def checkpoint(settings):
+    # Stands in for the checkpoint reader's file list (the plan phase).
+    from plugin.hf_cache_auth import detect_layout
+    from plugin.manifest import walk_checkpoint
+    return _Planned([f.path for f in walk_checkpoint(detect_layout(Path(settings.model_path)))])
+"""
+
+
+def _settings(path: Path, root: Path) -> Path:
+    path.write_text(json.dumps({
+        "schema": "onegpu/settings@1", "model_id": "o/n", "model_revision": REV, "model_path": str(root),
+        "image": "example/engine:1", "gpu": 0, "context_tokens": 4096, "prefill_chunk_tokens": 1024,
+        "cpu_offload_gib": 0, "container_ram_gib": 8, "host_headroom_gib": 1, "deadline_s": 60}))
+    return path
+
+
+@pytest.fixture
+def kit_dir(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    pytester.makeconftest(CONFTEST)
+    shutil.copy(REPO / "tests_hw" / "test_4_custody.py", pytester.path / "test_4_custody.py")
+    return pytester
+
+
+def test_custody_phase_runs_through_pytest(kit_dir):
+    root = hf_cache(kit_dir.path, HF_FILES, HF_LFS)
+    out = kit_dir.path / "runs" / "one"
+    result = kit_dir.runpytest_subprocess("-m", "approve_load", "--settings",
+                                          str(_settings(kit_dir.path / "s.json", root)), "--out", str(out))
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["*onegpu hashing*(100.0%)*files 4/4*"])
+    receipt = json.loads((out / "receipt.json").read_text())
+    assert receipt["custody"]["authentication"]["statements"][0].startswith(CONTENT_ADDRESS_STATEMENT)
+    assert receipt["custody"]["recheck"]["unchanged"] is True and "hashing" in receipt["timings_s"]
+    manifest = out / "manifest.json"
+    assert stat.S_IMODE(manifest.stat().st_mode) == 0o600
+    assert float((out / "probe-ran").read_text()) < manifest.stat().st_mtime  # the probe ran before hashing
+
+
+def test_custody_blocks_through_pytest_on_a_tampered_blob(kit_dir):
+    root = hf_cache(kit_dir.path, HF_FILES, HF_LFS)
+    with open(root / "sub" / "extra.bin", "r+b") as fh:
+        fh.write(b"tampered")
+    out = kit_dir.path / "runs" / "two"
+    result = kit_dir.runpytest_subprocess("-m", "approve_load", "--settings",
+                                          str(_settings(kit_dir.path / "s.json", root)), "--out", str(out))
+    result.assert_outcomes(xfailed=4)
+    tests = json.loads((out / "receipt.json").read_text())["tests"]
+    assert {t["code"] for t in tests.values()} == {"CHECKPOINT_AUTH_FAILED"}
+    assert all("sub/extra.bin" in t["message"] for t in tests.values())
+
+
+def test_malformed_publisher_file_is_a_usage_error_without_traceback(kit_dir):
+    bad = kit_dir.path / "hashes.txt"
+    bad.write_text(f"{'a' * 64}  ok.bin\nthis line is wrong\n")
+    result = kit_dir.runpytest_subprocess("-m", "approve_load", "--publisher-hashes", str(bad),
+                                          "--settings", str(_settings(kit_dir.path / "s.json", kit_dir.path)))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--publisher-hashes*hashes.txt: line 2: 'this line is wrong'*"])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+
+def test_reuse_manifest_option_stat_matches_through_pytest(kit_dir):
+    root = plain_checkpoint(kit_dir.path / "ckpt")
+    settings = str(_settings(kit_dir.path / "s.json", root))
+    first = kit_dir.path / "runs" / "first"
+    kit_dir.runpytest_subprocess("-m", "approve_load", "--settings", settings, "--out", str(first)) \
+        .assert_outcomes(passed=4)
+    second = kit_dir.path / "runs" / "second"
+    result = kit_dir.runpytest_subprocess("-m", "approve_load", "--settings", settings, "--out", str(second),
+                                          "--reuse-manifest", str(first / "manifest.json"))
+    result.assert_outcomes(passed=4)
+    receipt = json.loads((second / "receipt.json").read_text())
+    assert receipt["custody"]["source"]["kind"] == "stat-matched" and "hashing" not in receipt["timings_s"]
+    assert receipt["custody"]["authentication"]["statements"][0].startswith("STAT-MATCHED, NOT RE-HASHED")
