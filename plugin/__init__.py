@@ -26,6 +26,7 @@ pytest_plugins = [
     "plugin.fixtures_machine",
     "plugin.fixtures_plan",
     "plugin.fixtures_custody",
+    "plugin.fixtures_engine",
 ]
 
 MARKERS = {

@@ -1,0 +1,293 @@
+"""The engine container's life through the docker SDK (KIT.md 3.5, 6): create from the image ID, start,
+copy the log into engine.log, wait for /health on the Unix socket within the boot deadline, and at the end
+ALWAYS read the final state and logs, stop with a timeout, and remove.
+
+Everything after `create` runs inside a try, so an interruption at any moment (Ctrl-C, SIGTERM turned into
+KeyboardInterrupt, a pytest-timeout failure) still takes the container down.
+"""
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+
+from .bootlog import classify_failure, parse_boot_log
+from .engine_watch import LogPump, OomWatch, last_line
+from .interrupts import GUARD
+from .launch import LABEL_OWNER_PID, LABEL_RUN_ID, LaunchSpec
+from .outcomes import Blocked, gib
+from .probe import gpu_handoff_refused
+from .receipt import now_iso
+from .rundir import write_private
+from .sampler import Sampler
+from .uds_http import uds_request
+
+STOP_TIMEOUT_S = 30  # vLLM shuts down in seconds on SIGTERM; SIGKILL after this
+POLL_S = 0.25
+HEALTH_TIMEOUT_S = 2.0
+PROGRESS_EVERY_S = 1.0
+LOG_TAIL_LINES = 40
+
+
+class _BootFailed(Exception):
+    def __init__(self, timed_out: bool):
+        super().__init__("timed out" if timed_out else "exited")
+        self.timed_out = timed_out
+
+
+def _tail(text: str, lines: int = LOG_TAIL_LINES) -> list[str]:
+    return text.replace("\r", "\n").splitlines()[-lines:]
+
+
+class EngineHandle:
+    """What later phases use: the socket, the spec, the boot facts, the container and its state."""
+
+    def __init__(self, engine: "Engine"):
+        self._engine = engine
+        self.spec: LaunchSpec = engine.spec
+        self.socket_path: str = engine.spec.socket_path
+        self.log_path: Path = engine.log_path
+        self.boot = None  # BootFacts once ready
+        self.container_id: str | None = None
+
+    def state(self) -> dict:
+        """{status, exit_code, oom_killed} of the container now (status "removed" once it is gone)."""
+        return self._engine.state()
+
+    def alive(self) -> bool:
+        return self.state()["status"] == "running"
+
+
+class Engine:
+    """One engine container, from create to removal. `launch()` returns the handle or raises Blocked."""
+
+    def __init__(self, client, spec: LaunchSpec, run_folder: Path, boot_deadline_s: float,
+                 progress: Callable[[str, bool], None] | None = None,
+                 record: Callable[..., None] | None = None, stop_timeout_s: float = STOP_TIMEOUT_S,
+                 sample_interval_s: float | None = None):
+        self.client, self.spec, self.boot_deadline_s = client, spec, boot_deadline_s
+        self.log_path = Path(run_folder) / "engine.log"
+        self.samples_path = Path(run_folder) / "samples.jsonl"
+        self.progress = progress or (lambda line, final: None)
+        self.record = record or (lambda **kv: None)
+        self.stop_timeout_s = stop_timeout_s
+        self.sample_interval_s = sample_interval_s
+        self.container = None
+        self.handle = EngineHandle(self)
+        self.final: dict | None = None
+        self.boot_elapsed_s: float | None = None
+        self._pump: LogPump | None = None
+        self._oom: OomWatch | None = None
+        self.sampler: Sampler | None = None
+        self._started_wall: float | None = None
+        self.failure: dict | None = None  # a boot failure's code, state and log tail (evidence)
+
+    # -- launch ---------------------------------------------------------------------------------------
+    def launch(self) -> EngineHandle:
+        """Create, start and wait until ready. Raises Blocked (boot failure classified, evidence kept)."""
+        self._started_wall = time.time()
+        try:
+            self.container = self.client.containers.create(**self.spec.create_kwargs())
+        except ImageNotFound:
+            raise Blocked("IMAGE_MISSING", f"image {self.spec.image_id} is no longer on this Docker engine (removed "
+                                           "since the plan resolved it); the kit never pulls") from None
+        except BaseException:
+            self._remove_half_created()  # an interrupt can land after the daemon created it
+            raise
+        try:
+            self.handle.container_id = self.container.id
+            self.record(container_id=self.container.id, name=self.spec.name, created_at=now_iso(),
+                        log=self.log_path.name)
+            t0 = time.monotonic()
+            try:
+                self.container.start()
+            except APIError as exc:
+                raise gpu_handoff_refused(exc) or exc
+            self.record(started_at=now_iso())
+            self._pump = LogPump(self.container, self.log_path).start()
+            self._oom = OomWatch(self.container).start()
+            self.sampler = Sampler(self.samples_path, self.spec.gpu_uuid, self.container,
+                                   **({"interval_s": self.sample_interval_s} if self.sample_interval_s else {}))
+            self.sampler.start()
+            self._wait_ready(t0)
+            self.boot_elapsed_s = time.monotonic() - t0
+            self.handle.boot = parse_boot_log(self._logs_now())
+            self.record(ready_at=now_iso(), boot_elapsed_s=round(self.boot_elapsed_s, 3))
+            return self.handle
+        except _BootFailed as failure:
+            raise self._classify(failure, time.monotonic() - t0) from None
+        except BaseException:
+            self.close()
+            raise
+
+    def _remove_half_created(self) -> None:
+        """Remove a container of this spec's name that carries our own run id and pid (else leave it)."""
+        try:
+            found = self.client.containers.get(self.spec.name)
+        except (DockerException, OSError):
+            return
+        labels = found.labels or {}
+        if (labels.get(LABEL_RUN_ID) == self.spec.labels.get(LABEL_RUN_ID)
+                and labels.get(LABEL_OWNER_PID) == self.spec.labels.get(LABEL_OWNER_PID)):
+            with GUARD.shield():
+                found.remove(force=True)
+
+    def _health_ok(self) -> bool:
+        if not os.path.exists(self.spec.socket_path):
+            return False
+        try:
+            return uds_request(self.spec.socket_path, "GET", "/health", timeout=HEALTH_TIMEOUT_S).status == 200
+        except (OSError, http.client.HTTPException):
+            return False  # bound but not answering yet
+
+    def _wait_ready(self, t0: float) -> None:
+        last_shown = 0.0
+        while True:
+            if self._health_ok():
+                self.progress(self._progress_line(time.monotonic() - t0, "ready"), True)
+                return
+            self.container.reload()
+            if self.container.status in ("exited", "dead"):
+                self.progress(self._progress_line(time.monotonic() - t0, "exited"), True)
+                raise _BootFailed(timed_out=False)
+            elapsed = time.monotonic() - t0
+            if elapsed >= self.boot_deadline_s:
+                self.progress(self._progress_line(elapsed, "boot deadline passed"), True)
+                raise _BootFailed(timed_out=True)
+            if elapsed - last_shown >= PROGRESS_EVERY_S:
+                self.progress(self._progress_line(elapsed, "booting"), False)
+                last_shown = elapsed
+            time.sleep(POLL_S)
+
+    def _progress_line(self, elapsed: float, what: str) -> str:
+        s = self.sampler.latest if self.sampler else {}
+        parts = [f"engine {what} {elapsed:,.0f}/{self.boot_deadline_s:,.0f} s"]
+        if s.get("gpu_used_bytes") is not None:
+            parts.append(f"GPU {gib(s['gpu_used_bytes'])} used of {gib(s['gpu_total_bytes'])}")
+        if s.get("host_available_bytes") is not None:
+            parts.append(f"host RAM available {gib(s['host_available_bytes'])}")
+        if s.get("container_memory_bytes") is not None:
+            parts.append(f"container {gib(s['container_memory_bytes'])}")
+        line = self._pump.last_line if self._pump else ""
+        parts.append(f"log: {line[:120]}" if line else "log: (nothing yet)")
+        return " | ".join(parts)
+
+    def _logs_now(self) -> str:
+        return self.container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+
+    def _classify(self, failure: _BootFailed, elapsed_s: float) -> Blocked:
+        """Take the container down (reading its end state first) and name the failure from log + state."""
+        final = self.close()
+        log_text = final.get("log_text", "")
+        code = classify_failure(log_text, final.get("exit_code"), bool(final.get("oom_killed")),
+                                bool(final.get("oom_kill_count_rose") or final.get("oom_events")),
+                                failure.timed_out) or ("LOAD_TIMEOUT" if failure.timed_out else "ENGINE_DIED")
+        numbers = {"exit_code": final.get("exit_code"), "oom_killed": final.get("oom_killed"),
+                   "oom_kill_count_rose": final.get("oom_kill_count_rose"), "elapsed_s": round(elapsed_s, 3),
+                   "boot_deadline_s": self.boot_deadline_s}
+        if failure.timed_out:
+            what = f"the engine was not ready within the boot deadline of {self.boot_deadline_s:g} s"
+        else:
+            what = (f"the engine exited during boot after {elapsed_s:,.1f} s with exit code {final.get('exit_code')}"
+                    + (" (OOMKilled)" if final.get("oom_killed") else ""))
+        tail = last_line("\n".join(l for l in _tail(log_text) if l.strip()))
+        self.failure = {"code": code, "timed_out": failure.timed_out, **numbers, "log_tail": _tail(log_text)}
+        return Blocked(code, f"{what}; last log line: {tail[:300]!r}; full log in {self.log_path}", numbers)
+
+    # -- the end --------------------------------------------------------------------------------------
+    def state(self) -> dict:
+        if self.container is None or (self.final and self.final.get("removed")):
+            return {"status": "removed", "exit_code": (self.final or {}).get("exit_code"),
+                    "oom_killed": (self.final or {}).get("oom_killed")}
+        try:
+            self.container.reload()
+        except NotFound:
+            return {"status": "removed", "exit_code": None, "oom_killed": None}
+        st = self.container.attrs.get("State") or {}
+        return {"status": st.get("Status"), "exit_code": st.get("ExitCode"), "oom_killed": st.get("OOMKilled")}
+
+    def close(self) -> dict:
+        """Read the end state and logs, stop (SIGTERM, SIGKILL after the timeout), remove. Idempotent.
+
+        Each step runs even if an earlier one was interrupted; the first interruption is re-raised after
+        the container is gone.
+        """
+        if self.final is not None:
+            return self.final
+        self.final = {}
+        if self.container is None:
+            return self.final
+        pending: BaseException | None = None
+        with GUARD.shield():
+            for step in (self._step_state_before, self._step_stop, self._step_state_after, self._step_watchers,
+                         self._step_logs, self._step_oom_events, self._step_remove, self._step_remove):
+                try:
+                    step()
+                except Exception as exc:  # one step failing (say, the events API) must not skip the rest
+                    self.final.setdefault("errors", []).append(f"{step.__name__}: {type(exc).__name__}: {exc}")
+                except BaseException as exc:  # a timeout or signal mid-teardown must not skip the removal
+                    pending = pending or exc
+            self.record(end={k: v for k, v in self.final.items() if k != "log_text"})
+        if pending is not None:
+            raise pending
+        if not self.final.get("removed"):
+            raise RuntimeError(f"engine container {self.container.id[:12]} could not be removed: "
+                               f"{self.final.get('errors')}")
+        return self.final
+
+    def _step_state_before(self) -> None:
+        self.final["state_at_end"] = self.state()
+
+    def _step_stop(self) -> None:
+        if self.final["state_at_end"]["status"] in ("running", "restarting", "paused"):
+            t = time.monotonic()
+            self.container.stop(timeout=self.stop_timeout_s)
+            self.final["stop_s"] = round(time.monotonic() - t, 3)
+
+    def _step_state_after(self) -> None:
+        st = self.state()
+        self.final.update(status=st["status"], exit_code=st["exit_code"], oom_killed=st["oom_killed"],
+                          stopped_at=now_iso())
+
+    def _step_watchers(self) -> None:
+        if self._pump is not None:
+            self._pump.stop()
+        if self._oom is not None:
+            self._oom.stop()
+            self.final.update(oom_kill_count_first=self._oom.first, oom_kill_count_last=self._oom.last,
+                              oom_kill_count_rose=self._oom.rose)
+        if self.sampler is not None:
+            self.final["samples"] = self.sampler.stop()
+
+    def _step_logs(self) -> None:
+        text = self._logs_now()
+        self.final["log_text"] = text
+        streamed = self._pump.chars if self._pump else 0
+        if len(text) != streamed or not self.log_path.exists():
+            write_private(self.log_path, text)  # the daemon's complete copy replaces a partial stream
+        self.final["log_chars"] = len(text)
+
+    def _step_oom_events(self) -> None:
+        since = int(self._started_wall or time.time()) - 1
+        events = self.client.events(since=since, until=f"{time.time():.6f}", decode=True,
+                                    filters={"container": self.container.id, "event": "oom"})
+        self.final["oom_events"] = sum(1 for _ in events)
+
+    def _step_remove(self) -> None:
+        if self.final.get("removed"):
+            return
+        try:
+            self.container.remove(force=True, v=True)
+        except NotFound:
+            pass
+        self.final["removed"] = True
+        self.final["removed_at"] = now_iso()
+
+
+def facts_json(boot) -> dict | None:
+    return dataclasses.asdict(boot) if boot is not None else None
