@@ -27,6 +27,7 @@ pytest_plugins = [
     "plugin.fixtures_plan",
     "plugin.fixtures_custody",
     "plugin.fixtures_engine",
+    "plugin.fixtures_requests",
 ]
 
 MARKERS = {
