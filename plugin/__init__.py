@@ -28,6 +28,7 @@ pytest_plugins = [
     "plugin.fixtures_custody",
     "plugin.fixtures_engine",
     "plugin.fixtures_requests",
+    "plugin.fixtures_serve",
 ]
 
 MARKERS = {

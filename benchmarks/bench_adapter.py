@@ -1,0 +1,194 @@
+"""Latency the serve adapter adds, against calling the engine's Unix socket directly, in the same run.
+
+Against one stub engine container (no delays) on the local Docker engine:
+  * direct   - http.client over the engine's Unix socket (keep-alive), the floor;
+  * adapter  - http.client to the loopback adapter (keep-alive), the adapter in its own process;
+  * anchor   - the earlier kit's way: one `docker exec` of a Python client inside the container per request
+               (through the Docker SDK's exec API, which is what the CLI calls).
+Non-streamed: time to the whole answer. Streamed: time to the first SSE chunk. 1 and 4 concurrent
+clients (4 client processes, so clients do not share one interpreter lock with each other). The stub has
+no delays; a last pair of rows paces its streams (STUB_TOKEN_DELAY_S) so that other clients' streams do
+not keep the adapter busy back to back, as a model's token rate would not.
+
+    python benchmarks/bench_adapter.py [--requests 2000] [--anchor-requests 40] [--paced-requests 400]
+                                       [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import http.client
+import json
+import multiprocessing as mp
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import docker  # noqa: E402
+
+from plugin.transport_log import percentile  # noqa: E402
+from plugin.uds_http import UnixHTTPConnection  # noqa: E402
+from tests_offline.stub_serving import SOCKET_IN_CONTAINER, stub_serving  # noqa: E402
+
+KEY = "bench-" + "k" * 37
+ENGINE_UNPACED = {}  # the stub answers at once and streams its 16 tokens back to back
+PACE_S = 0.01
+ENGINE_PACED = {"STUB_TOKEN_DELAY_S": PACE_S}  # streams paced like a (fast) model: the adapter is not saturated
+ANCHOR_CLIENT = """
+import http.client, socket, sys, time
+class C(http.client.HTTPConnection):
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX); self.sock.connect(sys.argv[1])
+c = C("localhost"); c.request("POST", "/v1/completions", body=sys.argv[2].encode(),
+                              headers={"Content-Type": "application/json"})
+r = c.getresponse()
+for line in r:
+    sys.stdout.write(line.decode()); sys.stdout.flush()
+"""
+
+
+def body(model: str, stream: bool, max_tokens: int = 16) -> bytes:
+    return json.dumps({"model": model, "prompt": "benchmark", "max_tokens": max_tokens, "stream": stream}).encode()
+
+
+def connect(target):
+    return (UnixHTTPConnection(target, timeout=30) if isinstance(target, str)
+            else http.client.HTTPConnection("127.0.0.1", target, timeout=30))
+
+
+def one_call(conn, payload: bytes, stream: bool, headers: dict) -> float:
+    """Seconds to the whole answer (non-streamed) or to the first SSE chunk (streamed)."""
+    began = time.perf_counter()
+    conn.request("POST", "/v1/completions", body=payload, headers=headers)
+    response = conn.getresponse()
+    if stream:
+        while not response.readline().startswith(b"data:"):
+            pass
+        took = time.perf_counter() - began
+        response.read()
+        return took
+    response.read()
+    return time.perf_counter() - began
+
+
+def client_loop(target, payload: bytes, stream: bool, n: int, warmup: int, start_at: float) -> list[float]:
+    """One client: its own keep-alive connection, warm-up calls, then n timed calls."""
+    headers = {"Content-Type": "application/json"}
+    if not isinstance(target, str):
+        headers["Authorization"] = f"Bearer {KEY}"
+    conn = connect(target)
+    for _ in range(warmup):
+        one_call(conn, payload, stream, headers)
+    while time.time() < start_at:
+        time.sleep(0.001)
+    times = [one_call(conn, payload, stream, headers) for _ in range(n)]
+    conn.close()
+    return times
+
+
+def measure(target, payload: bytes, stream: bool, total: int, clients: int) -> list[float]:
+    if clients == 1:
+        return client_loop(target, payload, stream, total, 50, 0)
+    with mp.get_context("fork").Pool(clients) as pool:
+        start_at = time.time() + 0.5
+        parts = pool.starmap(client_loop, [(target, payload, stream, total // clients, 50, start_at)] * clients)
+    return [t for part in parts for t in part]
+
+
+def run_adapter(socket_path: str, log_dir: str, conn) -> None:
+    """Child process: the adapter, until the parent says stop."""
+    from plugin.adapter_thread import AdapterThread
+
+    adapter = AdapterThread(socket_path, KEY, Path(log_dir) / "transport.jsonl")
+    conn.send(adapter.port)
+    conn.recv()
+    adapter.close(grace_s=0)
+
+
+def anchor(container, socket_in_container: str, payload: bytes, stream: bool, n: int) -> list[float]:
+    """The earlier kit's transport: a fresh `docker exec python3 client.py` per request."""
+    times = []
+    for _ in range(n):
+        began = time.perf_counter()
+        exec_id = container.client.api.exec_create(container.id, ["python3", "-c", ANCHOR_CLIENT,
+                                                                  socket_in_container, payload.decode()])
+        output = container.client.api.exec_start(exec_id, stream=True)
+        first = None
+        for piece in output:
+            if first is None and (not stream or b"data:" in piece):
+                first = time.perf_counter() - began
+        times.append(first if stream else time.perf_counter() - began)
+    return times
+
+
+def stats(times: list[float]) -> dict:
+    ms = [t * 1000 for t in times]
+    return {"n": len(ms), "p50_ms": round(percentile(ms, 50), 3), "p99_ms": round(percentile(ms, 99), 3)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=2000, help="timed calls per configuration")
+    parser.add_argument("--anchor-requests", type=int, default=40, help="timed docker exec calls per mode")
+    parser.add_argument("--paced-requests", type=int, default=400, help="timed calls per paced-stream configuration")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    client = docker.from_env()
+    results: dict = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                     "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, "
+                                f"{platform.platform()}, Python {platform.python_version()}, "
+                                f"Docker {client.version()['Version']}",
+                     "command": " ".join([Path(sys.executable).name, *sys.argv]), "rows": []}
+    for stub_env, label in ((ENGINE_UNPACED, ""), (ENGINE_PACED, f", engine paced {PACE_S * 1000:g} ms/token")):
+        with stub_serving(client, stub_env) as stub, tempfile.TemporaryDirectory() as log_dir:
+            parent, child = mp.get_context("spawn").Pipe()
+            proc = mp.get_context("spawn").Process(target=run_adapter, args=(stub.socket_path, log_dir, child))
+            proc.start()
+            port = parent.recv()
+            try:
+                for stream in ((False, True) if not label else (True,)):
+                    mode = ("stream first chunk" if stream else "whole answer") + label
+                    payload = body(stub.model_id, stream, max_tokens=16 if not label else 4)
+                    n = args.requests if not label else args.paced_requests
+                    for clients in (1, 4):
+                        for name, target in (("direct", stub.socket_path), ("adapter", port)):
+                            row = {"mode": mode, "clients": clients, "path": name,
+                                   **stats(measure(target, payload, stream, n, clients))}
+                            results["rows"].append(row)
+                            print(json.dumps(row), flush=True)
+                    if label:
+                        continue
+                    row = {"mode": mode, "clients": 1, "path": "docker exec (earlier kit)",
+                           **stats(anchor(stub.container, SOCKET_IN_CONTAINER, payload, stream, args.anchor_requests))}
+                    results["rows"].append(row)
+                    print(json.dumps(row), flush=True)
+            finally:
+                parent.send("stop")
+                proc.join(30)
+    print(markdown(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+def markdown(results: dict) -> str:
+    rows = results["rows"]
+    out = ["| mode | clients | path | n | p50 ms | p99 ms | added p50 ms | added p99 ms |",
+           "|---|---:|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        base = next((d for d in rows if d["path"] == "direct" and d["mode"] == r["mode"]
+                     and d["clients"] == r["clients"]), None)
+        added = (f"{r['p50_ms'] - base['p50_ms']:.3f} | {r['p99_ms'] - base['p99_ms']:.3f}"
+                 if base and r is not base else "- | -")
+        out.append(f"| {r['mode']} | {r['clients']} | {r['path']} | {r['n']} | {r['p50_ms']:.3f} | "
+                   f"{r['p99_ms']:.3f} | {added} |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
