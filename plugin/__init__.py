@@ -15,7 +15,7 @@ from .hardware_model import load_profile
 from .jsonable import FactsFormatError
 from .outcomes import Blocked, parse_reason
 from .receipt import Receipt, now_iso
-from .report_html import attach_html_report, refresh_environment
+from .report_html import attach_html_report, refresh_environment, write_share_summary
 from .rundir import RunFolderError, create_run_folder, reopen_for_resume
 from .session import KIT_KEY, KitSession, kit_of
 from .verdicts import phase_verdicts, run_verdict
@@ -257,17 +257,20 @@ def pytest_sessionfinish(session, exitstatus):
         kit.receipt.data["exit_status"] = int(session.exitstatus)
     kit.receipt.save()
     refresh_environment(session.config, kit.receipt.data)
+    write_share_summary(kit.run_folder, kit.receipt.data)
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter, config):
+    """The kit's lines come last, after pytest's own short summary: the verdicts, the run folder, the report."""
+    result = yield
     kit = kit_of(config)
     if kit.held_back:
         terminalreporter.write_line(
             f"onegpu: {kit.held_back} test(s) that act (hash, start a container, send requests) deselected; "
-            "approve with: pytest -m approve_load --settings s.json [--requests r.jsonl --protocol p.json] "
+            "approve with: pytest -m approve_load --settings=s.json [--requests=r.jsonl --protocol=p.json] "
             "(serve window: -m \"approve_load and serve\")")
-    if kit.receipt is None:
-        return
-    for line in terminal.summary_lines(kit):
-        terminalreporter.write_line(line)
+    if kit.receipt is not None:
+        for line in terminal.summary_lines(kit):
+            terminalreporter.write_line(line)
+    return result

@@ -1,11 +1,18 @@
-"""report.html: pytest-html's self-contained report, written into the run folder of every kit session.
+"""report.html and summary-share.md: the two reports written into the run folder of every kit session.
 
-pytest-html only builds a report when --html is given at start-up, before we know whether kit tests are
-selected (and so whether a run folder exists). So the kit builds the same report object pytest-html would,
-once the run folder exists, and registers it then.
+report.html is pytest-html's self-contained report (its results table stays) with the kit's sections added
+through pytest-html's hooks: the page title says to review it before sharing, the summary prefix carries the
+sections of plugin.report_summary. pytest-html only builds a report when --html is given at start-up, before we
+know whether kit tests are selected (and so whether a run folder exists). So the kit builds the same report
+object pytest-html would, once the run folder exists, and registers it then.
+
+summary-share.md is plugin.share_summary's allow-listed text, written at session end.
+This module holds the effects (reading the run folder's samples, settings copy and file list); the rendering
+is pure.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from pytest_html.report_data import ReportData
@@ -13,9 +20,16 @@ from pytest_html.selfcontained_report import SelfContainedReport
 from pytest_html.util import _process_css, _read_template
 from pytest_metadata.plugin import metadata_key
 
+from .jsonable import to_json
+from .report_summary import TITLE, sections
 from .rundir import write_private
+from .session import kit_of
+from .settings import SettingsError, load_settings
+from .share_summary import share_text
 
 REPORT_PLUGIN_NAME = "onegpu-html-report"
+SECTIONS_PLUGIN_NAME = "onegpu-report-sections"
+SHARE_NAME = "summary-share.md"
 
 
 class PrivateReport(SelfContainedReport):
@@ -29,9 +43,69 @@ class PrivateReport(SelfContainedReport):
         return None
 
 
+class KitSections:
+    """pytest-html hook implementations: the review title and the kit's summary sections."""
+
+    def __init__(self, kit):
+        self.kit = kit
+
+    def pytest_html_report_title(self, report):
+        report.title = TITLE
+
+    def pytest_html_results_summary(self, prefix, summary, postfix, session):
+        if self.kit.receipt is None:
+            return
+        folder = self.kit.run_folder
+        prefix.extend(sections(self.kit.receipt.data, read_samples(folder), read_settings_values(folder),
+                               run_files(folder)))
+
+
+def read_samples(folder: Path) -> list[dict]:
+    """samples.jsonl's lines (a torn last line from a hard kill is skipped); [] when the engine never ran."""
+    path = folder / "samples.jsonl"
+    if not path.is_file():
+        return []
+    samples = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            samples.append(value)
+    return samples
+
+
+def read_settings_values(folder: Path) -> dict | None:
+    """The settings as the session read them, from the run folder's copy; None when absent or invalid."""
+    path = folder / "settings.json"
+    if not path.is_file():
+        return None
+    try:
+        loaded = load_settings(path)
+    except SettingsError:
+        return None
+    return {k: v for k, v in to_json(loaded).items() if k not in ("path", "sha256", "assumed", "source_schema")}
+
+
+def run_files(folder: Path) -> list[tuple[str, int | None]]:
+    """(name, bytes) of the run folder's files, sorted; report.html (being written) has no size yet."""
+    names = {p.name: p.stat().st_size for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")}
+    names["report.html"] = None  # this report, being written
+    return sorted(names.items())
+
+
+def write_share_summary(folder: Path, receipt: dict) -> Path:
+    """summary-share.md (0600) in the run folder, from the receipt and the settings copy only."""
+    return write_private(folder / SHARE_NAME, share_text(receipt, read_settings_values(folder)))
+
+
 def attach_html_report(session, path: Path) -> None:
-    """Register a self-contained pytest-html report writing to `path` (unless --html chose another)."""
+    """Register a self-contained pytest-html report writing to `path` (unless --html chose another); the kit's
+    sections go into whichever report is written."""
     config = session.config
+    if not config.pluginmanager.has_plugin(SECTIONS_PLUGIN_NAME):
+        config.pluginmanager.register(KitSections(kit_of(config)), SECTIONS_PLUGIN_NAME)
     if config.getoption("htmlpath"):
         return
     import pytest_html

@@ -31,6 +31,9 @@ def summary_lines(kit: KitSession) -> list[str]:
         lines += [f"  {row}" for row in block]
     for warning in data.get("warnings", []):
         lines.append(f"WARNING: {warning}")
+    share = kit.run_folder / "summary-share.md"
+    if share.exists():
+        lines.append(f"public summary: {share} (the one to post; review report.html before sharing it)")
     phases = data.get("phases") or phase_verdicts(data["tests"])
     lines.append("")
     lines.append("onegpu verdicts (one line per phase)")
