@@ -29,6 +29,7 @@ pytest_plugins = [
     "plugin.fixtures_engine",
     "plugin.fixtures_requests",
     "plugin.fixtures_serve",
+    "plugin.fixtures_insight",
 ]
 
 MARKERS = {

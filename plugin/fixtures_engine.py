@@ -183,6 +183,9 @@ def engine(request, live_hardware, runtime_probe, launch_spec, settings, kit_doc
     kit.receipt.set("boot", {"ready": True, "elapsed_s": round(eng.boot_elapsed_s, 3),
                              "facts": boot_json(handle.boot)})
     kit.show("load", boot_line(handle.boot, eng.boot_elapsed_s))
+    from .fixtures_insight import record_landing  # late: pytest registers (and rewrites) that module itself
+
+    record_landing(request, kit, handle.boot, eng.sampler)  # measured at READY: GPU free, host RAM, vs the plan
     return handle
 
 

@@ -105,13 +105,22 @@ def _run_disk_free(hardware, kit) -> int | None:
     return shutil.disk_usage(kit.run_folder).free
 
 
+def _calibration(request):
+    """The measured reserve when a `calibration` fixture exists and --calibrate-from was given, else None."""
+    try:
+        return request.getfixturevalue("calibration")
+    except pytest.FixtureLookupError as exc:
+        if exc.argname != "calibration":
+            raise
+        return None
+
+
 @pytest.fixture(scope="session")
 def capacity(request, settings, hardware, checkpoint, kv_estimate, kit):
     """The capacity verdicts of KIT.md 5: shown as a table, stored in the receipt. With --calibrate-from, the
     measured non-weight reserve (fixture `calibration`) replaces the assumed one."""
     gpu, why = _gpu_or_reason(hardware, settings)
-    calibration = request.getfixturevalue("calibration") if "calibration" in request.fixturenames or \
-        request.config.pluginmanager.has_plugin("plugin.fixtures_insight") else None
+    calibration = _calibration(request)
     verdicts = capacity_verdicts(settings, gpu, hardware.host, checkpoint, kv_estimate,
                                  _run_disk_free(hardware, kit), gpu_missing_reason=why, calibration=calibration)
     kit.table(TABLE_TITLE, capacity_table(verdicts))

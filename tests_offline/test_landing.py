@@ -1,0 +1,166 @@
+"""The measured landing at READY: boot lines and one NVML/host sample against the plan's projection and the
+free-memory floor.
+
+WHAT IS MOCKED: NVML only (this machine has no NVIDIA driver), as a stand-in module handed to the kit's real
+Sampler. Without it, as in the stub engine runs, GPU figures must read "not measured". The recorded run folder
+tests_offline/data/runs/stub-ready-8k comes from a real approval against the stub engine.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from plugin.capacity import capacity_verdicts
+from plugin.kvcache import kv_cache_estimate
+from plugin.landing import landing_lines, landing_record, projection_from_plan
+from tests_offline.conftest import PROFILES, REPO_ROOT
+from tests_offline.synth import SYNTHETIC_METADATA, write_checkpoint
+from tests_offline.test_approve_e2e import finish, make_project, receipt_of, session, stub_tag  # noqa: F401
+from tests_offline.test_calibrate import FakeNvml, nvml_sample
+from tests_offline.test_capacity import (LLAMA_CONFIG, checkpoint_facts, gpu_device, host, layers_table,
+                                         settings_with)
+
+GIB = 2**30
+RECORDED = Path(__file__).resolve().parent / "data" / "runs" / "stub-ready-8k"
+RESEARCH_PROFILE = PROFILES / "research-target-rtx-pro-6000-96gb.json"
+
+
+def plan_rows(offload=0, table=None, gpu=None):
+    s = settings_with(cpu_offload_gib=offload, container_ram_gib=offload + 16)
+    ckpt = checkpoint_facts(table or layers_table(10, 4))
+    kv = kv_cache_estimate(LLAMA_CONFIG, s.context_tokens, None, s.prefill_chunk_tokens)
+    return [v.as_json() for v in capacity_verdicts(s, gpu or gpu_device(96, 95.5), host(), ckpt, kv, 50 * GIB)], kv
+
+
+def test_the_projection_is_worked_out_from_the_plans_numbers():
+    rows, kv = plan_rows()
+    p = projection_from_plan(rows)
+    target = int(96 * GIB * 0.85)
+    budget = target - 8 * GIB  # the ASSUMED reserve
+    assert p.weights_gpu_bytes == 41 * GIB  # 10 layers x 4 GiB + the 1 GiB embedding, nothing offloaded
+    assert p.kv_pool_bytes == budget - 41 * GIB and p.kv_bytes_per_token == kv.bytes / 8192 == 2048
+    assert p.kv_pool_tokens == (budget - 41 * GIB) // 2048
+    assert p.gpu_free_after_bytes == int(95.5 * GIB) - target and p.reserve_source == "ASSUMED"
+    assert p.host_available_min_bytes == 256 * GIB - 16 * GIB  # available at scan minus the RAM cap
+
+
+def test_without_nvml_gpu_figures_are_not_measured_never_invented():
+    receipt = json.loads((RECORDED / "receipt.json").read_text())
+    record = landing_record(projection_from_plan(receipt["capacity"]), receipt["boot"]["facts"],
+                            receipt["landing"]["at_ready"], 2 * GIB, True, GIB)
+    assert "gpu_free_bytes" not in record["measured"] and "gpu_used_bytes" not in record["measured"]
+    free = next(r for r in record["errors"] if r["quantity"] == "GPU free after boot")
+    assert (free["measured"], free["error"], free["status"]) == (None, None, "not measured")
+    assert free["why"].startswith("no NVML reading")
+    assert record["floor"]["status"] == "not checked" and record["warnings"] == []
+    weights = record["errors"][0]
+    resident = {v["check"]: v for v in receipt["capacity"]}["gpu_weights"]["numbers"]["gpu_resident_bytes"]
+    assert weights["measured"] == 4 * GIB and weights["error"] == 4 * GIB - resident  # the stub's "4.0000 GiB"
+    tokens = record["errors"][1]
+    assert tokens["measured"] == 25600 and tokens["error"] == 25600 - tokens["projected"]
+    lines = landing_lines(record)
+    assert lines[2].startswith("landing GPU free after boot: not measured (no NVML reading")
+    assert lines[-1].startswith("landing free-memory floor 2.00 GiB ASSUMED: not checked")
+
+
+@pytest.mark.parametrize("free_gib, floor_gib, status", [(1.0, 2.0, "UNDER"), (10.0, 2.0, "above"),
+                                                          (1.0, 0.5, "above")])
+def test_free_memory_at_ready_is_judged_against_the_floor(tmp_path, free_gib, floor_gib, status):
+    rows, _ = plan_rows()
+    total = 96 * GIB
+    sample = nvml_sample(tmp_path, total, total - int(free_gib * GIB))
+    boot = {"load_gib": 41.25, "kv_cache_gib": 30.0, "kv_cache_tokens": 15_000_000}
+    record = landing_record(projection_from_plan(rows), boot, sample, int(floor_gib * GIB), floor_gib == 2.0)
+    assert record["floor"]["status"] == status and record["measured"]["gpu_free_bytes"] == int(free_gib * GIB)
+    assert record["floor"]["margin_bytes"] == int(free_gib * GIB) - int(floor_gib * GIB)
+    free = next(r for r in record["errors"] if r["quantity"] == "GPU free after boot")
+    assert free["error"] == int(free_gib * GIB) - (int(95.5 * GIB) - int(96 * GIB * 0.85))
+    under = [w for w in record["warnings"] if w.startswith("LANDED UNDER THE FREE-MEMORY FLOOR")]
+    assert bool(under) == (status == "UNDER")
+    if under:
+        assert "1.00 GiB of GPU memory free at READY < floor 2.00 GiB (ASSUMED), short by 1.00 GiB" in under[0]
+
+
+def test_host_ram_under_the_headroom_is_a_warning(tmp_path):
+    sample = {"host_available_bytes": 3 * GIB}
+    record = landing_record(projection_from_plan(plan_rows()[0]), None, sample, 2 * GIB, True, 8 * GIB)
+    assert any("under the host headroom 8.00 GiB" in w for w in record["warnings"])
+    assert record["errors"][0]["why"] == "the boot log states no such line"
+
+
+# ---- sessions ----------------------------------------------------------------------------------------------------
+
+ENGINE_CONFTEST = '''
+"""WHAT IS SIMULATED: the engine (no container) and NVML (no NVIDIA driver here). The kit's own Sampler takes
+the sample at READY through a stand-in NVML whose card has FREE_BYTES free; record_landing is the kit's own."""
+import pytest
+from types import SimpleNamespace
+
+from plugin.bootlog import BootFacts
+from plugin.fixtures_insight import record_landing
+from plugin.sampler import Sampler
+from tests_offline.test_calibrate import FakeNvml
+
+TOTAL, FREE = {total}, {free}
+
+
+@pytest.fixture(scope="session")
+def engine(request, kit, capacity):
+    boot = BootFacts(kv_cache_gib=30.0, kv_cache_tokens=15_000_000, load_gib=41.25, load_s=9.0, server_started=True)
+    sampler = Sampler(kit.run_folder / "samples.jsonl", "GPU-sim", nvml=FakeNvml(TOTAL, TOTAL - FREE),
+                      interval_s=60).start()
+    record_landing(request, kit, boot, sampler)
+    yield SimpleNamespace(boot=boot)
+    sampler.stop()
+'''
+
+
+@pytest.mark.parametrize("floor", [None, 0.5])
+def test_a_landing_under_the_floor_is_a_visible_warning_that_never_blocks(kit_project, floor):
+    total = json.loads(RESEARCH_PROFILE.read_text())["gpu"]["devices"][0]["total_bytes"]
+    shutil.copy(REPO_ROOT / "tests_hw" / "test_5_load_landing.py", kit_project.path / "tests_hw")
+    (kit_project.path / "tests_hw" / "conftest.py").write_text(ENGINE_CONFTEST.format(total=total, free=GIB))
+    shutil.copy(RESEARCH_PROFILE, kit_project.path / "profile.json")
+    ckpt = write_checkpoint(kit_project.path / "ckpt", {**LLAMA_CONFIG, "num_hidden_layers": 10}, layers_table(10, 4),
+                            metadata=SYNTHETIC_METADATA)
+    settings = {"schema": "onegpu/settings@1", "model_id": "org/m", "model_revision": "a" * 40,
+                "model_path": str(ckpt), "image": "img:1", "gpu": 0, "context_tokens": 8192,
+                "prefill_chunk_tokens": 2048, "cpu_offload_gib": 0, "container_ram_gib": 16, "host_headroom_gib": 8,
+                "deadline_s": 600, **({"free_floor_gib": floor} if floor is not None else {})}
+    (kit_project.path / "s.json").write_text(json.dumps(settings))
+    result = kit_project.runpytest("-m", "approve_load", "--settings", "s.json", "--hardware", "profile.json",
+                                   "--host-ram-gib", "512", "--out", "runs/l", "-k", "landing")
+    receipt = json.loads((kit_project.path / "runs/l/receipt.json").read_text())
+    test = next(e for n, e in receipt["tests"].items() if n.endswith("test_landing_is_measured_against_the_plan_"
+                                                                     "and_the_floor"))
+    assert test["outcome"] == "passed"  # a warning, never a block
+    landing = receipt["landing"]
+    assert landing["measured"]["gpu_free_bytes"] == GIB and landing["floor"]["assumed"] is (floor is None)
+    sample = json.loads((kit_project.path / "runs/l/samples.jsonl").read_text().splitlines()[0])
+    assert sample["gpu_free_bytes"] == GIB  # the reading at READY is in the samples too
+    if floor is None:
+        assert landing["floor"]["status"] == "UNDER"
+        assert any(w.startswith("LANDED UNDER THE FREE-MEMORY FLOOR") for w in receipt["warnings"])
+        assert any(s.startswith("WARNING: LANDED UNDER THE FREE-MEMORY FLOOR") for s in receipt["shown"]["load"])
+        result.stdout.fnmatch_lines(["*landing free-memory floor 2.00 GiB ASSUMED: UNDER by 1.00 GiB*"])
+    else:
+        assert landing["floor"]["status"] == "above" and not any("FLOOR" in w for w in receipt["warnings"])
+        result.stdout.fnmatch_lines(["*landing free-memory floor 0.50 GiB (settings): above by 0.50 GiB*"])
+
+
+def test_an_approval_against_the_stub_engine_records_its_landing(docker_client, tmp_path, stub_tag):  # noqa: F811
+    project = make_project(tmp_path / "p", stub_tag)
+    out = finish(session(project, "runs/land", {"STUB_BOOT_DELAY_S": "0.5"}))
+    receipt = receipt_of(project, "runs/land")
+    tests = {n.split("::")[-1]: e["outcome"] for n, e in receipt["tests"].items()}
+    assert tests["test_landing_is_measured_against_the_plan_and_the_floor"] == "passed", out
+    assert tests["test_kv_cache_dtype_is_one_the_image_vllm_accepts"] == "passed"
+    landing = receipt["landing"]
+    assert landing["measured"]["weights_gpu_bytes"] == 4 * GIB and landing["measured"]["kv_pool_tokens"] == 25600
+    assert landing["measured"]["gpu_not_measured"] and landing["floor"]["status"] == "not checked"
+    assert landing["at_ready"]["host_available_bytes"] > 0  # psutil measures the host even without NVML
+    assert receipt["consistency"]["probe_vllm_version"] == "0.11.0"
+    assert any(line.startswith("landing GPU free after boot: not measured") for line in receipt["shown"]["load"])
