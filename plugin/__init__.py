@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from . import gating, terminal
+from .backstop import backstop_s, checkpoint_bytes
+from .glue import settings_path
 from .hardware_model import load_profile
 from .jsonable import FactsFormatError
 from .outcomes import Blocked, parse_reason
@@ -18,6 +20,7 @@ from .receipt import Receipt, now_iso
 from .report_html import attach_html_report, refresh_environment, write_share_summary
 from .rundir import RunFolderError, create_run_folder, reopen_for_resume
 from .session import KIT_KEY, KitSession, kit_of
+from .settings import SettingsError, load_settings
 from .verdicts import phase_verdicts, run_verdict
 
 __version__ = "0.1.0"
@@ -163,9 +166,26 @@ def pytest_collection_modifyitems(session, config, items):
         return  # e.g. `pytest tests_offline`: no kit test, no run folder
     kit.kind = _session_kind(selected)
     _open_run_folder(session, kit)
+    _set_timeout_backstop(config, kit, [i for i in items if i.get_closest_marker(gating.APPROVAL_MARK)])
     for item in left_out:
         kit.receipt.record_test(item.nodeid, {"phase": _phase(item), "outcome": "deselected",
                                               "message": _why_not_run(item)})
+
+
+def _set_timeout_backstop(config, kit: KitSession, acting: list) -> None:
+    """pytest-timeout (signal method) above every deadline of the settings, for the acting tests only."""
+    path = settings_path(config)
+    if not acting or path is None or config.getoption("timeout", None) is not None:
+        return  # nothing acts, or the operator chose a timeout themselves
+    try:
+        settings = load_settings(path)
+    except SettingsError:
+        return  # the settings test says why; nothing will start
+    limit = backstop_s(settings, checkpoint_bytes(Path(settings.model_path)))
+    for item in acting:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(limit, method="signal"))
+    kit.receipt.set("timeout_backstop_s", limit)
 
 
 def _why_not_run(item) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from .checkpoint_model import CheckpointFacts, TensorInfo
 from .hardware_model import GpuDevice, HostFacts
@@ -246,13 +247,16 @@ _EXPERT = re.compile(r"^(?P<owner>.*\.experts)\.\d+\.(?P<proj>[A-Za-z0-9_]+)\.(?
 _FUSED = {"gate_proj": "w13", "up_proj": "w13", "w1": "w13", "w3": "w13", "down_proj": "w2", "w2": "w2"}
 
 
+_layer_of = attrgetter("layer")
+
+
 def offload_order(tensors: list[TensorInfo]) -> list[TensorInfo]:
     """Decoder-layer tensors in model order: the only ones vLLM's offloader moves (per layer, in order).
 
     Draft (MTP) layers are left out: the engine builds them only for speculative decoding.
     """
-    layered = [(t.layer, i, t) for i, t in enumerate(tensors) if t.layer is not None and ".mtp." not in t.name]
-    return [t for _, _, t in sorted(layered, key=lambda x: (x[0], x[1]))]
+    # sorted() is stable: tensors of one layer keep their index order.
+    return sorted((t for t in tensors if t.layer is not None and ".mtp." not in t.name), key=_layer_of)
 
 
 def engine_parameters(tensors: list[TensorInfo]) -> list[tuple[str, int]]:

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import hashlib
-import time
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +12,7 @@ from .glue import blocked_as_xfail
 from .hf_cache_auth import PublisherHashes, PublisherHashesError, parse_publisher_hashes
 from .manifest import ManifestError, default_workers, load_manifest, recheck
 from .outcomes import Blocked
+from .progress import TerminalProgress
 from .receipt import now_iso
 
 
@@ -25,7 +24,6 @@ class CustodyOptions:
 
 
 CUSTODY_KEY = pytest.StashKey[CustodyOptions]()
-CI_INTERVAL_S = 10.0  # without a terminal, one plain progress line per this many seconds
 
 
 def pytest_addoption(parser):
@@ -68,52 +66,13 @@ def pytest_configure(config):
     config.stash[CUSTODY_KEY] = _read_options(config)
 
 
-class TerminalProgress:
-    """The live hashing line: rewritten in place on a terminal; a plain line every CI_INTERVAL_S in CI logs."""
-
-    def __init__(self, config):
-        self.reporter = config.pluginmanager.get_plugin("terminalreporter")
-        self.capture = config.pluginmanager.get_plugin("capturemanager")
-        self.tty = bool(self.reporter is not None and self.reporter.isatty)
-        self.last: float | None = None
-
-    def __call__(self, line: str, final: bool) -> None:
-        if self.reporter is None:
-            return
-        now = time.monotonic()
-        if not self.tty and not final and self.last is not None and now - self.last < CI_INTERVAL_S:
-            return
-        first, self.last = self.last is None, now
-        # Fixture setup runs under output capture: the line must reach the real terminal.
-        with self.capture.global_and_fixture_disabled() if self.capture else nullcontext():
-            if first:
-                self.reporter.ensure_newline()
-            if self.tty:
-                self.reporter.rewrite(f"onegpu {line}", erase=True)
-                if final:
-                    self.reporter.write_line("")
-            else:
-                self.reporter.write_line(f"onegpu {line}")
-
-
-def _optional_fixture(request, name: str):
-    """The value of fixture `name`, or None when no such fixture is defined (another part may not exist)."""
-    try:
-        return request.getfixturevalue(name)
-    except pytest.FixtureLookupError as exc:
-        if exc.argname != name:
-            raise
-        return None
-
-
 @pytest.fixture(scope="session")
-def manifest(request, live_hardware, settings, kit) -> Custody:
-    """The SHA-256 manifest of every checkpoint file, after the runtime probe; hashing timed on its own."""
-    _optional_fixture(request, "runtime_probe")  # a wrong image must cost seconds, not hours of hashing
-    checkpoint = _optional_fixture(request, "checkpoint")
+def manifest(request, live_hardware, settings, runtime_probe, checkpoint, kit) -> Custody:
+    """The SHA-256 manifest of every checkpoint file, after the runtime probe (a wrong image must cost seconds,
+    not hours of hashing); hashing timed on its own."""
     options = request.config.stash[CUSTODY_KEY]
     workers = options.workers or default_workers(live_hardware.host.cpus_usable)
-    planned = list(checkpoint.files) if checkpoint is not None else None
+    planned = list(checkpoint.files)
     request_ = CustodyRequest(Path(settings.model_path), settings.model_revision, settings.model_id,
                               kit.run_folder, workers, options.publisher, options.reuse, planned)
     with blocked_as_xfail():

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from .engine import Engine, facts_json as boot_json
+from .fixtures_plan import image_or_none
 from .glue import blocked_as_xfail
 from .gpu_lock import LIMITATION as LOCK_LIMITATION, GpuLock
 from .interrupts import GUARD
@@ -20,27 +21,11 @@ from .leftovers import current_owner, describe as describe_leftovers, find_kit_c
     remove_dead_owner_containers
 from .outcomes import Blocked
 from .probe import facts_json as probe_json, run_probe
+from .progress import TerminalProgress
 from .rundir import FOLDER_MODE
 
 SOCKET_FOLDER = "sock"
 DOCKER_TIMEOUT_S = 120  # API calls (create, stop, logs) on a busy daemon can take a while
-
-
-def _optional_fixture(request, name: str):
-    """The value of fixture `name`, or None when no such fixture is defined (another part may not exist)."""
-    try:
-        return request.getfixturevalue(name)
-    except pytest.FixtureLookupError as exc:
-        if exc.argname != name:
-            raise
-        return None
-
-
-def _progress(config):
-    """The live terminal line helper the custody phase uses (rewritten in place on a terminal)."""
-    from .fixtures_custody import TerminalProgress
-
-    return TerminalProgress(config)
 
 
 def socket_folder(run_folder: Path) -> Path:
@@ -69,13 +54,11 @@ def kit_docker_client(docker_facts):
 
 
 def _image_for_plan(request, hardware, settings) -> tuple[str, list[str]]:
-    """The image ID for the plan. A replayed scan plans for another machine: when this one lacks the image
-    (or a daemon), the plan names the reference and says the approval resolves it on the target."""
-    try:
-        return request.getfixturevalue("image").id, []
-    except pytest.xfail.Exception:
-        if not hardware.replayed:
-            raise
+    """The image ID for the plan; a replayed scan plans for another machine, so it names the reference and
+    says the approval resolves it on the target."""
+    image = image_or_none(request, hardware)
+    if image is not None:
+        return image.id, []
     return settings.image, [f"REPLAYED: image {settings.image!r} is not resolved on this machine; the approval on "
                             "the target resolves it to its sha256 ID and creates the container from that ID"]
 
@@ -137,12 +120,12 @@ def gpu_lock(live_hardware, selected_gpu, kit):
 
 
 @pytest.fixture(scope="session")
-def runtime_probe(request, live_hardware, launch_spec, gpu_lock, leftovers_removed, kit_docker_client, kit):
-    """vLLM and torch versions, one CUDA device, every launch flag known; RUNTIME_INCOMPATIBLE otherwise."""
-    # Refusals that need no container come first: a bad request file or a definite capacity failure
-    # starts nothing, not even the probe.
-    _optional_fixture(request, "request_files_checked")
-    _optional_fixture(request, "approved_plan")
+def runtime_probe(request_files_checked, approved_plan, live_hardware, launch_spec, gpu_lock, leftovers_removed,
+                  kit_docker_client, kit):
+    """vLLM and torch versions, one CUDA device, every launch flag known; RUNTIME_INCOMPATIBLE otherwise.
+
+    Refusals that need no container come first (the arguments resolve in order): a bad request file or a
+    definite capacity failure starts nothing, not even this probe."""
     started = time.monotonic()
     try:
         facts, elapsed = run_probe(kit_docker_client, launch_spec)
@@ -157,12 +140,11 @@ def runtime_probe(request, live_hardware, launch_spec, gpu_lock, leftovers_remov
 
 
 @pytest.fixture(scope="session")
-def engine(request, live_hardware, runtime_probe, launch_spec, settings, kit_docker_client, sigterm_guard, kit):
-    """The session's engine container, ready on its Unix socket; always stopped and removed at the end."""
-    _optional_fixture(request, "manifest")  # custody before the load, when that phase exists
-    unchanged = _optional_fixture(request, "checkpoint_unchanged")
+def engine(request, live_hardware, runtime_probe, manifest, checkpoint_unchanged, launch_spec, settings,
+           kit_docker_client, sigterm_guard, kit):
+    """The session's engine container, ready on its Unix socket, after custody; always stopped and removed."""
     eng = Engine(kit_docker_client, launch_spec, kit.run_folder, settings.boot_deadline_s,
-                 progress=_progress(request.config), record=lambda **kv: kit.receipt.update("engine", **kv))
+                 progress=TerminalProgress(request.config), record=lambda **kv: kit.receipt.update("engine", **kv))
 
     def take_down():
         final = eng.close()
@@ -170,8 +152,7 @@ def engine(request, live_hardware, runtime_probe, launch_spec, settings, kit_doc
             kit.receipt.set("samples", final["samples"])
 
     request.addfinalizer(take_down)  # registered before create: nothing can skip it
-    if callable(unchanged):
-        unchanged()  # files re-checked (size, mtime, inode) right before the container is created
+    checkpoint_unchanged()  # files re-checked (size, mtime, inode) right before the container is created
     try:
         handle = eng.launch()
     except Blocked as blocked:

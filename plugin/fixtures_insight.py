@@ -21,8 +21,8 @@ from . import calibrate, landing as landing_mod, operator_score as score_mod, pr
 from .checkpoint import read_checkpoint
 from .checkpoint_files import cache_layout, list_files
 from .consistency import check_kv_dtype, consistency_checks
-from .fixtures_plan import _run_disk_free, settings_path
-from .glue import blocked_as_xfail
+from .fixtures_plan import _run_disk_free
+from .glue import blocked_as_xfail, settings_path
 from .image import resolve_local_image
 from .kvcache import kv_cache_estimate
 from .machine_checks import select_gpu

@@ -8,7 +8,7 @@ import pytest
 
 from .capacity import TABLE_TITLE, capacity_table, capacity_verdicts, verdict_line
 from .checkpoint import read_checkpoint
-from .glue import blocked_as_xfail
+from .glue import blocked_as_xfail, settings_path
 from .image import describe_image, resolve_local_image
 from .jsonable import to_json
 from .kvcache import kv_cache_estimate
@@ -35,11 +35,6 @@ def pytest_configure(config):
             raise pytest.UsageError(str(exc)) from None
 
 
-def settings_path(config) -> Path | None:
-    given = config.getoption("settings") or config.getini("onegpu_settings")
-    return Path(given) if given else None
-
-
 @pytest.fixture(scope="session")
 def settings(pytestconfig, kit) -> Settings:
     """The validated settings; NO_SETTINGS or SETTINGS_INVALID (every broken rule listed) otherwise."""
@@ -56,7 +51,8 @@ def settings(pytestconfig, kit) -> Settings:
                           {"errors": len(exc.errors)}) from None
     write_private(kit.run_folder / "settings.json", path.read_bytes())
     kit.receipt.set("settings", {"path": str(path.absolute()), "sha256": loaded.sha256,
-                                 "schema": loaded.source_schema, "assumed": loaded.assumed})
+                                 "schema": loaded.source_schema, "assumed": loaded.assumed,
+                                 "values": to_json(loaded)})
     return loaded
 
 
@@ -105,22 +101,11 @@ def _run_disk_free(hardware, kit) -> int | None:
     return shutil.disk_usage(kit.run_folder).free
 
 
-def _calibration(request):
-    """The measured reserve when a `calibration` fixture exists and --calibrate-from was given, else None."""
-    try:
-        return request.getfixturevalue("calibration")
-    except pytest.FixtureLookupError as exc:
-        if exc.argname != "calibration":
-            raise
-        return None
-
-
 @pytest.fixture(scope="session")
-def capacity(request, settings, hardware, checkpoint, kv_estimate, kit):
+def capacity(settings, hardware, checkpoint, kv_estimate, calibration, kit):
     """The capacity verdicts of KIT.md 5: shown as a table, stored in the receipt. With --calibrate-from, the
     measured non-weight reserve (fixture `calibration`) replaces the assumed one."""
     gpu, why = _gpu_or_reason(hardware, settings)
-    calibration = _calibration(request)
     verdicts = capacity_verdicts(settings, gpu, hardware.host, checkpoint, kv_estimate,
                                  _run_disk_free(hardware, kit), gpu_missing_reason=why, calibration=calibration)
     kit.table(TABLE_TITLE, capacity_table(verdicts))
@@ -148,10 +133,20 @@ def judge_capacity(capacity, kit):
 
 @pytest.fixture(scope="session")
 def image(settings, docker_facts, hardware, kit):
-    """The settings' image resolved to its immutable ID on the local Docker engine; never pulled."""
+    """The settings' image resolved to its immutable ID on the local Docker engine; never pulled.
+
+    A replayed session plans for another machine: an image this machine lacks is resolved at approval on the
+    target (HARDWARE_REPLAYED, not IMAGE_MISSING); one it has is shown with that caveat."""
     with blocked_as_xfail():
         require_docker(docker_facts)
-        facts = resolve_local_image(settings.image)
+        try:
+            facts = resolve_local_image(settings.image)
+        except Blocked as blocked:
+            if not hardware.replayed or blocked.code != "IMAGE_MISSING":
+                raise
+            raise Blocked("HARDWARE_REPLAYED", f"image {settings.image!r} is not on this machine's Docker engine; "
+                                               "the approval on the target machine resolves it to its sha256 ID "
+                                               "there") from None
     kit.receipt.set("image", to_json(facts))
     for line in describe_image(facts):
         kit.show("plan", line)
@@ -161,23 +156,22 @@ def image(settings, docker_facts, hardware, kit):
     return facts
 
 
-def _launch_json(request) -> dict | None:
-    """The launch spec as JSON when a `launch_spec` fixture exists (its own blocked outcome propagates)."""
+def image_or_none(request, hardware):
+    """The resolved image, or None in a replayed session (the plan then names the reference only)."""
     try:
-        spec = request.getfixturevalue("launch_spec")
-    except pytest.FixtureLookupError as exc:
-        if exc.argname != "launch_spec":
-            raise
-        return None
-    return spec.to_json() if hasattr(spec, "to_json") else to_json(spec)
+        return request.getfixturevalue("image")
+    except pytest.xfail.Exception:
+        if hardware.replayed:
+            return None
+        raise
 
 
 @pytest.fixture(scope="session")
-def plan(request, pytestconfig, settings, hardware, checkpoint, image, kv_estimate, capacity, kit) -> dict:
+def plan(request, pytestconfig, settings, hardware, checkpoint, kv_estimate, capacity, launch_spec, kit) -> dict:
     """plan.json (0600) in the run folder and its digest in the receipt; with --plan, the approved plan must
-    match it (PLAN_CHANGED otherwise)."""
-    document = plan_document(settings, hardware, checkpoint.summary(), image, capacity, _launch_json(request),
-                             kv=kv_estimate)
+    match it (PLAN_CHANGED otherwise). A replayed plan names the image reference, not an ID."""
+    document = plan_document(settings, hardware, checkpoint.summary(), image_or_none(request, hardware), capacity,
+                             launch_spec.to_json(), kv=kv_estimate)
     path = write_private(kit.run_folder / "plan.json", plan_bytes(document))
     digest = plan_digest(document)
     record = {"path": str(path), "sha256": digest, "approved": None}

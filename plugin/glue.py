@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -20,3 +21,9 @@ def blocked_as_xfail():
 def phase_of(node) -> str:
     mark = node.get_closest_marker("phase")
     return mark.args[0] if mark and mark.args else "machine"
+
+
+def settings_path(config) -> Path | None:
+    """The settings file the session names (--settings, else the onegpu_settings ini key), or None."""
+    given = config.getoption("settings") or config.getini("onegpu_settings")
+    return Path(given) if given else None

@@ -79,7 +79,9 @@ def describe_cgroup(host: HostFacts) -> str:
 
 
 def describe_limits(host: HostFacts) -> str:
-    memlock = "unlimited" if host.memlock_limit_bytes is None else gib(host.memlock_limit_bytes)
+    memlock = ("unlimited" if host.memlock_limit_bytes is None
+               else f"{host.memlock_limit_bytes / 2**20:,.0f} MiB" if host.memlock_limit_bytes < 2**30
+               else gib(host.memlock_limit_bytes))
     return (f"locked-memory limit {memlock} (pinned host buffers count against it); transparent hugepages "
             f"{host.transparent_hugepages or 'unknown'}")
 

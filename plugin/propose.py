@@ -16,7 +16,7 @@ from . import strict_json
 from .capacity import (CONTAINER_OWN_NEEDS_BYTES, GPU_UTILIZATION, capacity_verdicts, engine_parameters,
                        offload_order, pinned_pow2_bytes)
 from .outcomes import Blocked, gib
-from .settings import _OWN_FIELDS, ASSUMED_DEFAULTS, SettingsError, _check
+from .settings import ASSUMED_DEFAULTS, OWN_FIELDS, SettingsError, check_field
 
 REQUEST_SCHEMA = "onegpu/proposal-request@1"
 PROPOSAL_SCHEMA = "onegpu/settings-proposal@1"
@@ -66,7 +66,8 @@ def parse_request(data, path: str, sha256: str) -> ProposalRequest:
     errors += [f"field {k!r}: value {v!r}: unknown field (not in {REQUEST_SCHEMA})" for k, v in body.items()
                if k not in (*_REQUIRED, *_OPTIONAL, *_BUDGETS)]
     errors += [f"field {k!r}: required" for k in _REQUIRED if k not in body]
-    errors += [p for k, v in body.items() if k in (*_REQUIRED, *_OPTIONAL) for p in [_check(k, v, _OWN_FIELDS[k])] if p]
+    checked = (check_field(k, v, OWN_FIELDS[k]) for k, v in body.items() if k in (*_REQUIRED, *_OPTIONAL))
+    errors += [problem for problem in checked if problem]
     if errors:
         raise SettingsError(path, errors)
     assumed = {}

@@ -80,7 +80,7 @@ class Settings:
 
 
 # field -> (kind, low, high); kinds: int, number, str, bool, gpu, revision, model_id, path, image, kv
-_OWN_FIELDS: dict[str, tuple] = {
+OWN_FIELDS: dict[str, tuple] = {
     "model_id": ("model_id",), "model_revision": ("revision",), "model_path": ("path",), "image": ("image",),
     "gpu": ("gpu",), "context_tokens": ("int", 1, MAX_CONTEXT), "prefill_chunk_tokens": ("int", 1, MAX_CONTEXT),
     "cpu_offload_gib": ("number", 0, 65536), "container_ram_gib": ("number", 1, 65536),
@@ -107,7 +107,7 @@ def _is_placeholder(value) -> bool:
     return isinstance(value, str) and (value.startswith("REPLACE_WITH") or value.startswith("/choose/"))
 
 
-def _check(name: str, value, spec: tuple) -> str | None:
+def check_field(name: str, value, spec: tuple) -> str | None:
     """The rule `value` breaks, or None."""
     kind = spec[0]
     if _is_placeholder(value):
@@ -156,7 +156,7 @@ def parse_settings(data: dict, path: str, sha256: str) -> Settings:
     schema = data.get("schema")
     if schema == OWN_SCHEMA:
         body = {k: v for k, v in data.items() if k != "schema"}
-        allowed, required = set(_OWN_FIELDS), _OWN_REQUIRED
+        allowed, required = set(OWN_FIELDS), _OWN_REQUIRED
     elif schema == LEGACY_SCHEMA:
         body = {_LEGACY_MAP.get(k, f"?{k}"): v for k, v in data.items() if k != "schema"}
         allowed, required = set(_LEGACY_MAP.values()), tuple(_LEGACY_MAP.values())
@@ -169,8 +169,8 @@ def parse_settings(data: dict, path: str, sha256: str) -> Settings:
                if not k.startswith("?") and k not in allowed]
     errors += [f"field {reverse.get(k, k)!r}: required" for k in required if k not in body]
     for key, value in body.items():
-        if key in _OWN_FIELDS and key in allowed:
-            problem = _check(reverse.get(key, key), value, _OWN_FIELDS[key])
+        if key in OWN_FIELDS and key in allowed:
+            problem = check_field(reverse.get(key, key), value, OWN_FIELDS[key])
             if problem:
                 errors.append(problem)
     if errors:
