@@ -8,7 +8,7 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # terminal colour and cursor seque
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 STATUS_CLASS = {"OK": "og-ok", "PASSED": "og-ok", "BLOCKED": "og-blocked", "UNKNOWN": "og-unknown",
-                "FAILED": "og-bad", "NOT RUN": "og-notrun", "SKIPPED": "og-unknown"}
+                "FAILED": "og-bad", "NOT RUN": "og-notrun", "SKIPPED": "og-unknown", "WARNING": "og-blocked"}
 
 # Scoped to .og, plus the page order: pytest-html's own styles stay as they are. The kit's summary comes right
 # after the title, then pytest-html's filters and results table, then its environment table (Python, plugins).
@@ -37,6 +37,9 @@ td.og-bad{color:#c0392b;font-weight:bold}td.og-unknown{color:#8a6d00;font-weight
 .og-pre{background:#f6f6f6;border:1px solid #ddd;padding:6px;white-space:pre-wrap;word-break:break-all;
 font-size:12px;color:#222;max-height:420px;overflow:auto}
 .og-plot{border:1px solid #ddd;background:#fff}
+.og-alarm{background:#fde2e1;border-left:6px solid #c0392b;color:#7b1d15;padding:6px;font-weight:bold}
+li.og-bad{color:#c0392b}
+.og-operator{display:inline-block;background:#1f4e79;color:#fff;padding:1px 6px;font-weight:bold;font-size:12px}
 """
 
 

@@ -1,9 +1,11 @@
-"""Pure: the report sections of the acting phases (probe, custody, boot, timings, memory plot, requests, serve)
-and the warnings and limitations. Request and transport figures are labelled UNSCORED wherever they appear."""
+"""Pure: the report sections of the acting phases (probe, custody, boot, landing, timings, memory plot, requests,
+operator-supplied score, serve) and the warnings and limitations. Request and transport figures are labelled
+UNSCORED wherever they appear."""
 from __future__ import annotations
 
 from .batch_summary import summary_lines
 from .outcomes import gib
+from .report_insight import landing, operator_score
 from .report_parts import absent, e, kv, num, section, table, text
 from .report_svg import memory_plot
 
@@ -16,9 +18,11 @@ TIMINGS = (("hashing", "custody", "SHA-256 manifest of every checkpoint file"),
 
 
 def run_sections(receipt: dict, samples: list[dict]) -> list[str]:
-    """The sections from the runtime probe to the limitations, in phase order."""
-    return [probe(receipt), custody(receipt), boot(receipt), timings(receipt), memory(receipt, samples),
-            canary(receipt), batch(receipt), serve(receipt), warnings_and_limitations(receipt)]
+    """The sections from the runtime probe to the limitations, in phase order; the landing right after the boot
+    facts, the operator-supplied score beside the UNSCORED batch figures."""
+    return [probe(receipt), custody(receipt), boot(receipt), landing(receipt), timings(receipt),
+            memory(receipt, samples), canary(receipt), batch(receipt), operator_score(receipt), serve(receipt),
+            warnings_and_limitations(receipt)]
 
 
 def _join(*values, sep: str = " ") -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shlex
 
 from .outcomes import CODES, gib
+from .report_insight import calibration, consistency, proposal, under_floor
 from .report_parts import absent, e, kv, num, page_style, section, table, text
 from .report_sections import run_sections
 
@@ -19,16 +20,20 @@ REVIEW_LINE = ("Review before sharing: this report holds local paths, GPU UUIDs,
 
 def sections(receipt: dict, samples: list[dict] = (), settings: dict | None = None,
              files: list[tuple[str, int | None]] = ()) -> list[str]:
-    """The kit's sections, top down: review line and banners, verdict, facts, settings and plan, capacity,
-    then the run phases, limitations, fact lines and the run itself."""
+    """The kit's sections, top down: review line and banners, verdict, facts, settings and plan, checkpoint and its
+    consistency, capacity with the reserve's calibration, the proposal, then the run phases, limitations, fact
+    lines and the run itself."""
     return [top(receipt), verdict(receipt), facts(receipt), settings_section(receipt, settings), plan(receipt),
-            checkpoint(receipt), capacity(receipt), *run_sections(receipt, list(samples)),
-            fact_lines(receipt), run(receipt, files)]
+            checkpoint(receipt), consistency(receipt), capacity(receipt), calibration(receipt), proposal(receipt),
+            *run_sections(receipt, list(samples)), fact_lines(receipt), run(receipt, files)]
 
 
 def top(receipt: dict) -> str:
-    """The page style, the review line and the banners (REPLAYED, SYNTHETIC, ...), first of all."""
-    banners = "".join(f'<p class="og-banner">{e(b)}</p>' for b in receipt.get("banners") or [])
+    """The page style, the review line and the banners (REPLAYED, SYNTHETIC, ...), first of all; a landing under
+    the free-memory floor is one of them."""
+    alarm = under_floor(receipt)
+    banners = "".join(f'<p class="og-banner">{e(b)}</p>' for b in [*(receipt.get("banners") or []),
+                                                                    *([alarm] if alarm else [])])
     return f'{page_style()}<div class="og" id="og-top"><p class="og-review">{e(REVIEW_LINE)}</p>{banners}</div>'
 
 

@@ -2,32 +2,20 @@
 
 Built from an allow-list, never by scrubbing: each line takes named fields only, numbers only where numbers
 belong, and identifiers only when they match their expected shape (a model ID, a 40-hex revision, a sha256
-image ID, a version, a GPU model name). Free text from the run (messages, banners, log lines, paths, host
-names, UUIDs, keys, prompts, responses) is never copied; outcome codes are explained with the kit's own
-sentences from plugin.outcomes.CODES.
+image ID, a version, a GPU model name: plugin.share_shapes). Free text from the run (messages, banners, log
+lines, paths, host names, UUIDs, keys, prompts, responses) is never copied; outcome codes are explained with
+the kit's own sentences from plugin.outcomes.CODES. The lines of the advice and measurements (proposal,
+calibration, consistency, landing, operator-supplied score) are in plugin.share_insight.
 """
 from __future__ import annotations
-
-import math
-import re
 
 from .gpu_lock import LIMITATION as GPU_LOCK_LIMITATION
 from .outcomes import CODES
 from .receipt import PHASES
+from .share_shapes import SHAPES, WITHHELD, gib, number, shaped
+from .share_shapes import as_dict as _dict, finite as _n
+from .share_insight import calibration_lines, consistency_lines, landing_lines, proposal_lines, score_lines
 
-WITHHELD = "(withheld: not on the allow-list)"
-SHAPES = {
-    "model_id": re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$"),
-    "revision": re.compile(r"^[0-9a-f]{40}$"),
-    "image_id": re.compile(r"^sha256:[0-9a-f]{64}$"),
-    "sha256": re.compile(r"^[0-9a-f]{64}$"),
-    "version": re.compile(r"^[0-9][0-9A-Za-z.+_-]{0,39}$"),
-    "gpu_name": re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._()-]{0,79}$"),
-    "word": re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"),  # architectures, dtypes, quant methods
-    "code": re.compile(r"^[A-Z][A-Z0-9_]{1,40}$|^HTTP [0-9]{3}$|^NO RECORD \(never sent\)$"),
-    "test": re.compile(r"^test_[A-Za-z0-9_]{1,150}$"),
-    "headline": re.compile(r"^[A-Z][A-Z0-9 ,'()/-]{2,119}$"),
-}
 # Limitations written by the kit's own modules, shared word for word; any other limitation is only counted.
 KNOWN_LIMITATIONS = (GPU_LOCK_LIMITATION,)
 STANDING = ("header bytes are not the loaded footprint: a capacity OK means no definite failure was found, never "
@@ -35,38 +23,6 @@ STANDING = ("header bytes are not the loaded footprint: a capacity OK means no d
             "request figures are UNSCORED: counts and transport times, not a score or a benchmark result",
             "only the selected GPU is counted; any other card in the machine is ignored")
 SIMULATED_PREFIX = "GPU SIMULATED:"
-
-
-def shaped(kind: str, value) -> str:
-    """The value when it has the expected shape, 'none' when absent, else the withheld marker."""
-    if value is None:
-        return "none"
-    return value if isinstance(value, str) and SHAPES[kind].match(value) else WITHHELD
-
-
-def _n(value) -> float | int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return value
-
-
-def gib(value) -> str:
-    """Bytes as GiB with two decimals; 'unknown' for anything but a number."""
-    v = _n(value)
-    return "unknown" if v is None else f"{v / 2**30:,.2f} GiB"
-
-
-def number(value, unit: str = "", digits: int = 2) -> str:
-    """A number with separators and its unit; 'unknown' for anything but a number."""
-    v = _n(value)
-    if v is None:
-        return "unknown"
-    text = f"{v:,}" if isinstance(v, int) else f"{v:,.{digits}f}"
-    return f"{text}{unit}"
-
-
-def _dict(value) -> dict:
-    return value if isinstance(value, dict) else {}
 
 
 def verdict_lines(receipt: dict) -> list[str]:
@@ -301,8 +257,12 @@ def share_text(receipt: dict, settings: dict | None) -> str:
         "## Model and image", *model_lines(receipt, settings), "",
         "## Machine", *machine_lines(receipt), "",
         "## Settings", *settings_lines(settings), "",
-        "## Capacity (header bytes are not the loaded footprint)", *capacity_lines(receipt), "",
+        "## Capacity (header bytes are not the loaded footprint)", *capacity_lines(receipt),
+        *calibration_lines(receipt), *consistency_lines(receipt), "",
+        "## Proposed settings", *proposal_lines(receipt), "",
         "## Run", *run_lines(receipt), "",
+        "## Landing at READY (measured against the plan)", *landing_lines(receipt), "",
+        "## Operator-supplied score (not computed by the kit)", *score_lines(receipt), "",
         "## Failures", *failure_lines(receipt), "",
         "## Limitations", *limitation_lines(receipt), "",
     ]

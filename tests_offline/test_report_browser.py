@@ -26,6 +26,7 @@ import pytest
 
 from plugin.outcomes import Blocked
 from tests_offline.test_report import HOSTILE, real_runs  # noqa: F401  (a shared session fixture)
+from tests_offline.test_report_insight import insight_runs  # noqa: F401  (a shared session fixture)
 
 PAGE_TIMEOUT_S = 60
 WIDTH = 1280
@@ -189,6 +190,22 @@ def test_a_blocked_scan_report_loads_offline_with_no_error(real_runs, browser, t
     text, problems = load_report(browser, real_runs.folder("blocked-scan") / "report.html", tmp_path / "shots",
                                  record_property)
     assert problems == [] and "BLOCKED NO_SETTINGS" in text and "not run (phase custody" in text
+
+
+@pytest.mark.parametrize("name, headings", [
+    ("insight", ("Checkpoint consistency (warnings never block)", "GPU reserve calibration",
+                 "CALIBRATED FROM stub-ready-8k", "Proposed settings (a proposal: nothing runs from it)",
+                 "Operator-supplied score (not computed by the kit)", "OPERATOR-SUPPLIED")),
+    ("under-floor", ("Landing at READY: measured against the plan", "LANDED UNDER THE FREE-MEMORY FLOOR")),
+])
+def test_reports_of_the_advice_and_measurements_load_offline_with_no_error(insight_runs, browser, tmp_path,
+                                                                           record_property, name, headings):
+    text, problems = load_report(browser, insight_runs.folder(name) / "report.html", tmp_path / "shots",
+                                 record_property)
+    assert problems == []
+    assert [h for h in headings if h not in text] == []
+    if name == "under-floor":  # the alarm is among the banners on top, before the verdict
+        assert text.index("LANDED UNDER THE FREE-MEMORY FLOOR") < text.index("Verdict")
 
 
 HOSTILE_TEST = f'''

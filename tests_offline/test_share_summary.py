@@ -2,9 +2,10 @@
 
 The real run is an approve_load session with the canary, a frozen batch and the serve window (one chat call
 through the adapter with a planted prompt), on the real Docker engine with the stub engine image (GPU facts
-simulated: see tests_offline/test_report.py). Then every string in its receipt is planted with a marker, and
-local paths, a GPU UUID, a host name, an API key, a prompt and a response are planted where they live; none
-may reach summary-share.md.
+simulated: see tests_offline/test_report.py), with the proposal, calibration and operator-supplied score of a
+real scan (tests_offline/test_report_insight.py) added to its receipt. Then every string in its receipt is
+planted with a marker, and local paths, a GPU UUID, a host name, an API key, a prompt and a response are planted
+where they live; none may reach summary-share.md.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 from plugin.report_html import SHARE_NAME, write_share_summary
 from plugin.share_summary import WITHHELD, shaped, share_text
 from tests_offline.test_report import PROJECT_NAME, PROMPT, partial_receipt, real_runs  # noqa: F401
+from tests_offline.test_report_insight import insight_runs  # noqa: F401  (a shared session fixture)
 
 MARK = "PLANTED-MARK-zx81"
 HOST = "gpu-box-17.corp.example.com"
@@ -73,7 +75,11 @@ def test_the_summary_holds_what_an_issue_needs(served):
               "container RAM cap 9.00 GiB (swap cap equal to it)", "CPU offload 0.00 GiB", "context 8,192 tokens",
               "vLLM 0.11.0", "batch (UNSCORED): expected 4, received 4, HTTP 2xx 4",
               "serve window (UNSCORED transport record): ", f"load {receipt['timings_s']['load']:,.2f} s",
-              f"serve {receipt['timings_s']['serve']:,.2f} s", "## Failures\n- none", "abstract Unix socket"]
+              f"serve {receipt['timings_s']['serve']:,.2f} s", "## Failures\n- none", "abstract Unix socket",
+              "- GPU-resident weights (bytes): measured 4.00 GiB vs projected", "- GPU free after boot (bytes): "
+              "not measured; projected", "- free-memory floor 2.00 GiB ASSUMED: not checked (GPU free memory not "
+              "measured)", "- checkpoint consistency: 7 check(s), 0 warning(s), 1 unknown (tied_embeddings)",
+              "- no proposal (no --propose request in this session)", "- none given (the kit never computes a score)"]
     assert [w for w in wanted if w not in text] == [], text
 
 
@@ -83,10 +89,14 @@ def test_nothing_private_from_the_real_run_reaches_the_summary(served):
     assert found == {}
 
 
-def test_nothing_planted_anywhere_in_a_run_folder_reaches_the_summary(served, tmp_path):
+def test_nothing_planted_anywhere_in_a_run_folder_reaches_the_summary(served, insight_runs, tmp_path):
     folder = tmp_path / "planted-run"
     shutil.copytree(served, folder, ignore=shutil.ignore_patterns("sock"))
-    receipt = plant(json.loads((folder / "receipt.json").read_text()))
+    receipt = json.loads((folder / "receipt.json").read_text())
+    scan = insight_runs.receipt("insight")
+    assert receipt["landing"] and receipt["consistency"]  # the approval's own; the scan's three are added
+    receipt.update({k: scan[k] for k in ("proposal", "calibration", "operator_score")})
+    receipt = plant(receipt)
     receipt["hardware"]["host"]["hostname"] = receipt["hardware"]["docker"]["daemon_name"] = HOST
     receipt["selection"]["gpu_uuid"] = receipt["hardware"]["gpu"]["devices"][0]["uuid"] = UUID
     receipt["serve"]["api_key"] = KEY  # as if a module had put the key where it must not be
@@ -106,6 +116,57 @@ def test_nothing_planted_anywhere_in_a_run_folder_reaches_the_summary(served, tm
     assert WITHHELD in text  # shaped fields that carry the marker are withheld, not copied
     assert "`stub-org/e2e-model`" in text  # from the settings copy, which still has its real model ID
     assert "expected 4, received 4" in text  # numbers pass
+    assert "= 0.8731 on (withheld" in text and "over 1,319 samples" in text  # the score's number, not its words
+    boot_log = scan["calibration"]["estimates"]["boot_log_bytes"]
+    assert f"the larger of vLLM's boot-log accounting {boot_log / 2**30:,.2f} GiB" in text
+    assert "CALIBRATED FROM run (withheld" in text
+
+
+def planted_insight(receipt: dict, folder) -> dict:
+    """The five sections with a private value in every free-text field where one could end up."""
+    where = f"/home/{HOST}/{UUID}"
+    p, cal = receipt["proposal"], receipt["calibration"]
+    p.update(path=f"{folder}/settings-proposed.json", warnings=[f"{where} {KEY}"], unknown=[where],
+             derivation=[{"quantity": HOST, "value": UUID, "derivation": where}])
+    p["settings"]["model_path"], p["settings"]["image"] = where, f"{HOST}:5000/engine:{KEY}"
+    p["reserve"]["calibrated_from"] = f"{where}/run"
+    cal.update(folder=where, how=PROMPT, rows=[RESPONSE], warnings=[where], image_id=KEY, gpu_name=UUID,
+               run_id=f"{where}/stub-ready-8k")
+    receipt["operator_score"].update(file=f"{where}/score.json", mismatches=[f"{HOST} {KEY}"])
+    record = receipt["operator_score"]["record"]
+    # The score's words are the operator's, shared only in a short path-free shape: a prompt or a response pasted
+    # there (a sentence with its question mark, several lines) does not fit it.
+    record.update(benchmark=where, metric=f"{PROMPT}: which metal is blue?\n{RESPONSE}", notes=KEY,
+                  scored_run=f"{HOST}/run")
+    record["scorer"] = {"name": f"scorer at {where}", "revision": f"{UUID}/{KEY}"}
+    receipt["consistency"]["checks"] += [{"check": "ignored_layers", "status": "warning", "message": where},
+                                         {"check": f"{HOST} {UUID}", "status": "warning", "message": PROMPT}]
+    landing = receipt["landing"]
+    landing["floor"]["why"] = landing["measured"]["gpu_not_measured"] = f"NVML error on {UUID} at {HOST}"
+    landing["errors"][0].update(why=where, quantity=f"{HOST} weights")
+    landing["warnings"] = [where]
+    return receipt
+
+
+def test_private_values_planted_in_the_advice_and_measurements_never_reach_the_summary(insight_runs, served):
+    scan, approval = insight_runs.receipt("insight"), json.loads((served / "receipt.json").read_text())
+    receipt = planted_insight({**scan, "landing": approval["landing"]}, insight_runs.folder("insight"))
+    text = share_text(receipt, None)
+    for planted in (HOST, UUID, KEY, PROMPT, RESPONSE, "/home/", str(insight_runs.folder("insight"))):
+        assert planted not in text, planted
+    settings = scan["proposal"]["settings"]
+    assert (f"CPU offload {settings['cpu_offload_gib']} GiB, container RAM cap {settings['container_ram_gib']} GiB"
+            in text)  # the budgets are numbers and pass
+    assert f"CALIBRATED FROM run {WITHHELD}" in text and "2 warning(s) (ignored_layers, " + WITHHELD in text
+    assert f"scored by {WITHHELD} {WITHHELD}" in text and f"{WITHHELD} (bytes): measured" in text
+
+
+def test_score_words_pass_only_short_and_path_free():
+    assert shaped("score_text", "gsm8k / test") == "gsm8k / test"
+    assert shaped("score_text", "exact_match, strict") == "exact_match, strict"
+    for private in ("/srv/scores/gsm8k", "gsm8k/test", "a\nb", "x" * 81, "gsm8k /test"):
+        assert shaped("score_text", private) == WITHHELD, private
+    assert shaped("run_id", "20261202T101010Z-serve") != WITHHELD and shaped("run_id", "runs/a") == WITHHELD
 
 
 def test_identifiers_pass_only_in_their_shape():

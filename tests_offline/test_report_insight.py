@@ -1,0 +1,353 @@
+"""The advice and measurements in report.html and summary-share.md: the proposal, the calibration, the
+consistency checks, the landing at READY and the operator-supplied score.
+
+Rendered from the run folders of real kit sessions: scans with --propose, --calibrate-from (the recorded run
+tests_offline/data/runs/stub-ready-8k) and --operator-score over synthetic checkpoints and replayed profiles,
+and an approval whose engine landed under the free-memory floor. WHAT IS SIMULATED in that approval: the engine
+container and NVML (no NVIDIA driver here), exactly as tests_offline/test_landing.py does; the kit's Sampler,
+landing record and reports are its own. Partial and hostile receipts are rendered as pure functions.
+"""
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from plugin.report_summary import sections
+from tests_offline.conftest import PROFILES, REPO_ROOT
+from tests_offline.synth import SYNTHETIC_METADATA, write_checkpoint
+from tests_offline.test_approve_e2e import LLAMA, llama_tensors
+from tests_offline.test_capacity import LLAMA_CONFIG, layers_table
+from tests_offline.test_landing import ENGINE_CONFTEST
+from tests_offline.test_plan import tiny_rootfs
+from tests_offline.test_report import HOSTILE, kit_sections, partial_receipt, real_runs  # noqa: F401
+
+GIB = 2**30
+RUNS = Path(__file__).resolve().parent / "data" / "runs"
+H200_PROFILE = PROFILES / "h200-141gb-host.json"
+RESEARCH_PROFILE = PROFILES / "research-target-rtx-pro-6000-96gb.json"
+SCORE = {"schema": "onegpu/operator-score@1", "benchmark": "gsm8k / test", "metric": "exact_match, strict",
+         "value": 0.8731, "scorer": {"name": "lm-evaluation-harness", "revision": "v0.4.8"}, "sample_count": 1319,
+         "model_id": "stub-org/e2e-model", "model_revision": "e" * 40, "notes": "8-shot"}
+
+
+# -- real sessions, made once per pytest session -------------------------------------------------------------------
+
+class InsightRuns:
+    """Run folders of real kit sessions in two throwaway kit projects, all started at once, on first use."""
+
+    def __init__(self, base: Path, image: tuple[str, str]):
+        self.scan_project, self.landing_project = base / "insight", base / "landing"
+        self.image_ref, self.image_id = image
+        self._make_scan_project()
+        self._make_landing_project()
+        plan = ["-m", "scan", "--hardware", "h200.json"]
+        self.sessions = {
+            "insight": (self.scan_project, [*plan, "--settings", "s.json", "--propose", "req.json",
+                                            "--calibrate-from", "earlier/stub-ready-8k", "--operator-score",
+                                            "score.json"]),
+            "offload": (self.scan_project, ["-m", "scan", "--propose", "req-big.json", "--hardware",
+                                            "research.json", "--host-ram-gib", "512"]),
+            "no-ram": (self.scan_project, ["-m", "scan", "--propose", "req-big.json", "--hardware",
+                                           "research.json", "--host-ram-gib", "32"]),
+            "under-floor": (self.landing_project, ["-m", "approve_load", "--settings", "s.json", "--hardware",
+                                                   "research.json", "--host-ram-gib", "512", "-k", "landing"]),
+        }
+        self._run_all()
+
+    def _project(self, root: Path, tests: list[str]) -> None:
+        (root / "tests_hw").mkdir(parents=True)
+        shutil.copy(REPO_ROOT / "pytest.ini", root / "pytest.ini")
+        shutil.copy(REPO_ROOT / "conftest.py", root / "conftest.py")
+        for name in tests:
+            shutil.copy(REPO_ROOT / "tests_hw" / name, root / "tests_hw" / name)
+        shutil.copy(RESEARCH_PROFILE, root / "research.json")
+
+    def _make_scan_project(self) -> None:
+        root = self.scan_project
+        self._project(root, ["test_1_machine.py", "test_2_plan.py", "test_2_plan_insight.py"])
+        shutil.copy(H200_PROFILE, root / "h200.json")
+        ckpt = write_checkpoint(root / "ckpt", LLAMA, llama_tensors(), shards=2, metadata=SYNTHETIC_METADATA)
+        earlier = root / "earlier" / "stub-ready-8k"
+        shutil.copytree(RUNS / "stub-ready-8k", earlier)
+        receipt = json.loads((earlier / "receipt.json").read_text())
+        receipt["launch"]["image_id"] = self.image_id  # the recording ran the stub image of its day
+        (earlier / "receipt.json").write_text(json.dumps(receipt))
+        settings = {**json.loads((earlier / "settings.json").read_text()), "model_path": str(ckpt),
+                    "image": self.image_ref}
+        (root / "s.json").write_text(json.dumps(settings))
+        request = {"schema": "onegpu/proposal-request@1", **{k: settings[k] for k in (
+            "model_id", "model_revision", "model_path", "image", "gpu", "context_tokens", "prefill_chunk_tokens")}}
+        (root / "req.json").write_text(json.dumps(request))
+        (root / "score.json").write_text(json.dumps(SCORE))
+        # 40 decoder layers of 3 GiB on a 96 GiB card: the proposal offloads, so the pinned risk has a figure
+        big = write_checkpoint(root / "ckpt-big", {**LLAMA_CONFIG, "architectures": ["LlamaForCausalLM"],
+                                                   "num_hidden_layers": 40}, layers_table(40, 3), shards=2,
+                               metadata=SYNTHETIC_METADATA)
+        (root / "req-big.json").write_text(json.dumps({**request, "model_path": str(big), "context_tokens": 8192}))
+
+    def _make_landing_project(self) -> None:
+        root = self.landing_project
+        self._project(root, ["test_5_load_landing.py"])
+        total = json.loads(RESEARCH_PROFILE.read_text())["gpu"]["devices"][0]["total_bytes"]
+        (root / "tests_hw" / "conftest.py").write_text(ENGINE_CONFTEST.format(total=total, free=GIB))
+        ckpt = write_checkpoint(root / "ckpt", {**LLAMA_CONFIG, "num_hidden_layers": 10}, layers_table(10, 4),
+                                metadata=SYNTHETIC_METADATA)
+        (root / "s.json").write_text(json.dumps({
+            "schema": "onegpu/settings@1", "model_id": "org/m", "model_revision": "a" * 40, "model_path": str(ckpt),
+            "image": "img:1", "gpu": 0, "context_tokens": 8192, "prefill_chunk_tokens": 2048, "cpu_offload_gib": 0,
+            "container_ram_gib": 16, "host_headroom_gib": 8, "deadline_s": 600}))
+
+    def _run_all(self) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        env.pop("PYTEST_ADDOPTS", None)
+        started = {name: subprocess.Popen([sys.executable, "-m", "pytest", *args, f"--out=runs/{name}", "-p",
+                                           "no:randomly"], cwd=project, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True)
+                   for name, (project, args) in self.sessions.items()}
+        for name, proc in started.items():
+            out, _ = proc.communicate(timeout=300)
+            folder = self.folder(name)
+            assert (folder / "report.html").is_file(), out[-4000:]
+            (folder / "terminal.txt").write_text(out)
+
+    def folder(self, name: str) -> Path:
+        return self.sessions[name][0] / "runs" / name
+
+    def receipt(self, name: str) -> dict:
+        return json.loads((self.folder(name) / "receipt.json").read_text())
+
+    def report(self, name: str) -> str:
+        return (self.folder(name) / "report.html").read_text(encoding="utf-8")
+
+    def share(self, name: str) -> str:
+        return (self.folder(name) / "summary-share.md").read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="session")
+def insight_runs(docker_client, tmp_path_factory) -> InsightRuns:
+    """The sessions, with one tiny local image (labelled onegpu.test=1) that the plan and calibration resolve."""
+    repo = f"onegpu-test-insight-{secrets.token_hex(4)}"
+    docker_client.api.import_image_from_data(tiny_rootfs(), repository=repo, tag="v0",
+                                             changes=["LABEL onegpu.test=1"])
+    image_id = docker_client.images.get(f"{repo}:v0").id
+    try:
+        yield InsightRuns(tmp_path_factory.mktemp("insight-runs"), (f"{repo}:v0", image_id))
+    finally:
+        docker_client.images.remove(image_id, force=True)
+
+
+def text_of(fragment: str) -> str:
+    """What a reader sees: tags dropped, entities unescaped, white space folded."""
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", fragment)).split())
+
+
+def report_texts(page: str) -> dict[str, str]:
+    return {key: text_of(body) for key, body in kit_sections(page).items()}
+
+
+# -- report.html of real sessions ------------------------------------------------------------------------------------
+
+def test_the_sections_sit_beside_what_they_are_about(insight_runs):
+    order = list(kit_sections(insight_runs.report("insight")))
+    assert order[order.index("checkpoint"):order.index("probe")] == ["checkpoint", "consistency", "capacity",
+                                                                      "calibration", "proposal"]
+    assert order[order.index("boot"):order.index("boot") + 2] == ["boot", "landing"]
+    assert order[order.index("batch"):order.index("batch") + 3] == ["batch", "score", "serve"]
+
+
+def test_the_calibration_says_calibrated_from_with_the_reserve_and_how_it_was_measured(insight_runs):
+    receipt = insight_runs.receipt("insight")
+    cal, text = receipt["calibration"], report_texts(insight_runs.report("insight"))["calibration"]
+    budget = next(r for r in receipt["capacity"] if r["check"] == "gpu_budget")["numbers"]
+    assert budget["reserve_calibrated_from"] == "stub-ready-8k"
+    assert text.startswith("GPU reserve calibration CALIBRATED FROM stub-ready-8k")
+    assert f"non-weight GPU reserve {cal['reserve_bytes'] / GIB:,.2f} GiB ({cal['reserve_bytes']:,} bytes)" in text
+    assert f"how it was measured {cal['how']}" in text and cal["rows"][0] in text
+    boot_log = cal["estimates"]["boot_log_bytes"]
+    assert f"vLLM's accounting in the boot log {boot_log / GIB:,.2f} GiB ({boot_log:,} bytes)" in text
+    assert f"= {budget['budget_bytes'] / GIB:,.2f} GiB" in text  # the plan's budget uses it
+    assert str(insight_runs.scan_project / "earlier" / "stub-ready-8k") in text  # private: the folder's path
+
+
+def test_the_proposal_shows_its_file_budgets_reserve_and_every_derivation(insight_runs):
+    receipt, folder = insight_runs.receipt("insight"), insight_runs.folder("insight")
+    text = report_texts(insight_runs.report("insight"))["proposal"]
+    path = folder / "settings-proposed.json"
+    doc = json.loads(path.read_text())
+    assert f"settings-proposed.json {path} its SHA-256 {hashlib.sha256(path.read_bytes()).hexdigest()}" in text
+    assert "proposed yes: copy the values below into your settings" in text
+    assert f"cpu_offload_gib {doc['settings']['cpu_offload_gib']}" in text
+    assert f"container_ram_gib {doc['settings']['container_ram_gib']}" in text
+    assert "CALIBRATED FROM stub-ready-8k" in text and "nothing is offloaded" in text
+    for row in doc["derivation"]:
+        assert f"{row['quantity']} {row['value']} {row['derivation']}" in text
+    assert receipt["proposal"]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_an_offloading_proposal_shows_the_pinned_power_of_two_alternative(insight_runs):
+    alt = insight_runs.receipt("offload")["proposal"]["alternative"]
+    text = report_texts(insight_runs.report("offload"))["proposal"]
+    assert (f"Alternative RAM cap (pinned power-of-two risk) container_ram_gib {alt['container_ram_gib']} GiB "
+            f"pinned {alt['pinned_bytes'] / GIB:,.2f} GiB ({alt['pinned_bytes']:,} bytes) "
+            f"offloaded parameters {alt['parameters']}") in text
+    assert "non-weight reserve used 8.00 GiB ASSUMED" in text
+
+
+def test_a_proposal_no_budget_can_satisfy_names_the_blocking_fact_and_its_numbers(insight_runs):
+    blocker = insight_runs.receipt("no-ram")["proposal"]["blockers"][0]
+    text = report_texts(insight_runs.report("no-ram"))["proposal"]
+    assert "proposed NO: a fact blocks every budget" in text
+    assert f"BLOCKED INSUFFICIENT_HOST_RAM ({blocker['check']}): {blocker['message']}" in text
+    assert "short by" in blocker["message"]
+    numbers = ", ".join(f"{k} = {v:,}" for k, v in blocker["numbers"].items() if isinstance(v, int))
+    assert numbers and numbers in text
+
+
+def test_consistency_rows_carry_their_status_and_the_vllm_version_they_used(insight_runs):
+    checks = insight_runs.receipt("insight")["consistency"]["checks"]
+    page = kit_sections(insight_runs.report("insight"))["consistency"]
+    text = text_of(page)
+    assert "0.11.0 (the probe of run stub-ready-8k, same image ID)" in text
+    for row in checks:
+        assert f"{row['check']} {row['status'].upper()} {row['message']}" in text
+    assert '<td class="og-unknown">UNKNOWN</td>' in page  # tied_embeddings is not stated by this config
+
+
+def test_the_operator_score_is_labelled_operator_supplied_with_its_scorer_and_file(insight_runs):
+    receipt = insight_runs.receipt("insight")
+    page = kit_sections(insight_runs.report("insight"))["score"]
+    text = text_of(page)
+    assert '<span class="og-operator">OPERATOR-SUPPLIED</span>' in page
+    assert "operator-supplied, not computed by the kit: the operator's statement" in text
+    for wanted in ("value 0.8731", "metric exact_match, strict", "benchmark gsm8k / test",
+                   "scorer / revision lm-evaluation-harness / v0.4.8", "samples scored 1,319",
+                   f"score file {receipt['operator_score']['file']}",
+                   f"its SHA-256 {receipt['operator_score']['file_sha256']}"):
+        assert wanted in text, wanted
+
+
+def test_a_scan_says_the_landing_was_not_run_and_an_absent_option_was_not_given(insight_runs):
+    found = report_texts(insight_runs.report("offload"))
+    assert "no landing (measured once the engine is READY): not run (phase load" in found["landing"]
+    assert "not given: no --operator-score SCORE_JSON in this session" in found["score"]
+    assert "not given: no --calibrate-from RUN_FOLDER in this session" in found["calibration"]
+
+
+def test_a_landing_under_the_floor_is_a_warning_on_top_and_in_its_section(insight_runs):
+    receipt = insight_runs.receipt("under-floor")
+    assert receipt["landing"]["floor"]["status"] == "UNDER"
+    page = insight_runs.report("under-floor")
+    found = report_texts(page)
+    alarm = "LANDED UNDER THE FREE-MEMORY FLOOR: GPU free at READY is 1.00 GiB, under the floor 2.00 GiB (ASSUMED)"
+    assert alarm in found["top"] and alarm in found["landing"]
+    assert '<p class="og-alarm">LANDED UNDER' in kit_sections(page)["landing"]
+    free = next(r for r in receipt["landing"]["errors"] if r["quantity"] == "GPU free after boot")
+    assert (f"GPU free after boot (bytes) 1.00 GiB {free['projected'] / GIB:,.2f} GiB "
+            f"-{abs(free['error']) / GIB:,.2f} GiB ({free['error_percent']:+.1f}%)") in found["landing"]
+    assert "GPU-resident weights (bytes) 41.25 GiB" in found["landing"]
+    assert "KV pool (tokens) 15,000,000 tokens" in found["landing"]
+    assert "floor status UNDER by 1.00 GiB" in found["landing"]
+
+
+def test_a_stub_engine_landing_without_nvml_says_not_measured_never_a_number(real_runs):
+    found = report_texts((real_runs.folder("approve-a") / "report.html").read_text())
+    assert re.search(r"GPU free after boot \(bytes\) not measured [\d.,]+ GiB no NVML reading", found["landing"])
+    assert "floor status not checked: GPU free memory not measured" in found["landing"]
+    assert "LANDED UNDER" not in found["top"]
+
+
+# -- summary-share.md of real sessions ----------------------------------------------------------------------------
+
+def test_the_summary_carries_score_calibration_proposal_and_consistency_as_numbers(insight_runs):
+    receipt, text = insight_runs.receipt("insight"), insight_runs.share("insight")
+    cal, settings = receipt["calibration"], receipt["proposal"]["settings"]
+    wanted = [
+        "- **OPERATOR-SUPPLIED** (operator-supplied, not computed by the kit): exact_match, strict = 0.8731 on "
+        "gsm8k / test, over 1,319 samples, scored by lm-evaluation-harness v0.4.8; of `stub-org/e2e-model` at "
+        f"revision `{'e' * 40}`",
+        f"- non-weight GPU reserve CALIBRATED FROM run stub-ready-8k: {cal['reserve_bytes'] / GIB:,.2f} GiB, the "
+        f"larger of vLLM's boot-log accounting {cal['estimates']['boot_log_bytes'] / GIB:,.2f} GiB and NVML at "
+        "READY (not measured)",
+        f"- proposed budgets (a proposal: nothing ran from it): CPU offload {settings['cpu_offload_gib']} GiB, "
+        f"container RAM cap {settings['container_ram_gib']} GiB, host headroom {settings['host_headroom_gib']} GiB",
+        "CALIBRATED FROM stub-ready-8k; 0 unknown",
+        "- checkpoint consistency: 7 check(s), 0 warning(s), 1 unknown (tied_embeddings); what each found is in "
+        "the private report"]
+    assert [w for w in wanted if w not in text] == [], text
+    for private in (receipt["operator_score"]["file"], cal["folder"], receipt["proposal"]["path"],
+                    str(insight_runs.scan_project)):
+        assert private not in text
+
+
+def test_the_summary_gives_the_landing_errors_and_the_floor_as_numbers(insight_runs):
+    landing, text = insight_runs.receipt("under-floor")["landing"], insight_runs.share("under-floor")
+    weights = landing["errors"][0]
+    assert (f"- GPU-resident weights (bytes): measured 41.25 GiB vs projected {weights['projected'] / GIB:,.2f} GiB, "
+            f"prediction error {'+' if weights['error'] >= 0 else '-'}{abs(weights['error']) / GIB:,.2f} GiB") in text
+    assert "- KV pool (tokens): measured 15,000,000 tokens vs projected" in text
+    assert "- **LANDED UNDER THE FREE-MEMORY FLOOR**: free-memory floor 2.00 GiB ASSUMED: UNDER by 1.00 GiB" in text
+
+
+def test_the_summary_of_a_blocked_proposal_gives_its_code_and_numbers(insight_runs):
+    blocker = insight_runs.receipt("no-ram")["proposal"]["blockers"][0]
+    text = insight_runs.share("no-ram")
+    assert f"- no budget proposed: BLOCKED INSUFFICIENT_HOST_RAM ({blocker['check']}), numbers: " in text
+    assert blocker["message"] not in text  # the message is free text: codes and numbers only
+
+
+# -- pure rendering --------------------------------------------------------------------------------------------------
+
+def test_without_the_options_each_section_says_not_run_or_not_given():
+    found = report_texts("".join(sections(partial_receipt())))
+    assert "not given: no --propose REQUEST_JSON" in found["proposal"]
+    assert "not given: no --calibrate-from RUN_FOLDER" in found["calibration"]
+    assert "not given: no --operator-score SCORE_JSON" in found["score"]
+    assert "not run (phase plan" in found["consistency"]
+    assert "not run (phase load" in found["landing"]
+    given = {**partial_receipt(), "command_line": ["pytest", "--propose=r.json", "--operator-score", "s.json"]}
+    found = report_texts("".join(sections(given)))  # asked for, but the session stopped before recording it
+    assert "not run (phase plan" in found["proposal"] and "not run (phase plan" in found["score"]
+
+
+def hostile_receipt() -> dict:
+    receipt = partial_receipt()
+    row = {"quantity": HOSTILE, "unit": "bytes", "projected": 1, "measured": None, "error": None,
+           "error_percent": None, "status": "not measured", "why": HOSTILE}
+    receipt.update(
+        proposal={"path": HOSTILE, "sha256": HOSTILE, "proposed": False, "settings": None, "alternative": None,
+                  "derivation": [{"quantity": HOSTILE, "value": HOSTILE, "derivation": HOSTILE}],
+                  "blockers": [{"check": HOSTILE, "code": "INSUFFICIENT_HOST_RAM", "message": HOSTILE,
+                                "numbers": {HOSTILE: 1}}], "unknown": [HOSTILE], "warnings": [HOSTILE],
+                  "reserve": {"source": HOSTILE, "bytes": 1}},
+        calibration={"run_id": HOSTILE, "folder": HOSTILE, "reserve_bytes": 1, "how": HOSTILE, "estimates": {},
+                     "rows": [HOSTILE], "warnings": [HOSTILE], "image_id": HOSTILE, "vllm_version": HOSTILE,
+                     "gpu_name": HOSTILE},
+        consistency={"checks": [{"check": HOSTILE, "status": "warning", "message": HOSTILE}],
+                     "vllm_version": HOSTILE, "vllm_version_source": HOSTILE,
+                     "kv_dtype_at_probe": [{"check": HOSTILE, "status": HOSTILE, "message": HOSTILE}],
+                     "probe_vllm_version": HOSTILE},
+        landing={"errors": [row], "warnings": [HOSTILE], "at": HOSTILE, "measured": {},
+                 "projected": {"reserve_source": HOSTILE},
+                 "floor": {"bytes": 1, "assumed": True, "status": "not checked", "why": HOSTILE}},
+        operator_score={"label": HOSTILE, "file": HOSTILE, "file_sha256": HOSTILE, "mismatches": [HOSTILE],
+                        "record": {"benchmark": HOSTILE, "metric": HOSTILE, "value": HOSTILE,
+                                   "scorer": {"name": HOSTILE, "revision": HOSTILE}, "notes": HOSTILE}})
+    return receipt
+
+
+def test_every_value_of_these_sections_is_escaped():
+    found = kit_sections("".join(sections(hostile_receipt())))
+    escaped = html.escape(HOSTILE, quote=True)
+    for key, least in (("proposal", 8), ("calibration", 6), ("consistency", 6), ("landing", 4), ("score", 7)):
+        assert "<script>" not in found[key] and "<img" not in found[key], key
+        assert found[key].count(escaped) >= least, (key, found[key].count(escaped))
