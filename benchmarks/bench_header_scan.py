@@ -7,7 +7,7 @@ two anchors measured in the same run, so the result reads as a ratio on whatever
   * plain `json.loads` of the same 1,000 headers already in memory, collector paused (the floor any
     Python reader of these headers pays, before checking a single rule).
 
-    python benchmarks/bench_header_scan.py [--runs 7] [--experts 384] [--results benchmarks/RESULTS-header.md]
+    python benchmarks/bench_header_scan.py [--runs 7] [--experts 384] [--results FILE]  (a markdown section for benchmarks/RESULTS.md)
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Benchmark: custody manifest throughput on page-cached shards, against sha256sum and openssl, with peak RSS.
 
     python benchmarks/bench_manifest.py [--files 8] [--size-mib 256] [--dir /var/tmp] [--workers N]
-                                        [--sparse-gib 8] [--results benchmarks/RESULTS-manifest.md]
+                                        [--sparse-gib 8] [--results FILE]
 
 Every hashing run happens in a child process, which reports its own peak RSS (VmHWM from /proc/self/status).
 The page-cached figure is measured with POSIX_FADV_DONTNEED off (the engine's drop_cache=False): with it on,
@@ -158,7 +158,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--sparse-gib", type=int, default=8, help="apparent size of the sparse RSS run (0: skip)")
-    parser.add_argument("--results", default=str(REPO / "benchmarks" / "RESULTS-manifest.md"))
+    parser.add_argument("--results", help="write the markdown section to this file (for benchmarks/RESULTS.md)")
     parser.add_argument("--child")
     parser.add_argument("--drop", type=int, default=1)
     args = parser.parse_args()
@@ -225,8 +225,11 @@ def main() -> None:
         "sparse": sparse,
     }
     print(json.dumps(figures, indent=2))
-    Path(args.results).write_text(render(figures))
-    print(f"wrote {args.results}")
+    if args.results:
+        Path(args.results).write_text(render(figures))
+        print(f"wrote {args.results}")
+    else:
+        print(render(figures))
 
 
 def mb(values: list[float]) -> list[float]:
