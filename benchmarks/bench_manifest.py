@@ -261,7 +261,7 @@ def render(f: dict) -> str:
     met_cpu = "met" if f["ratio_cpu_median"] >= 0.75 else "NOT met"
     rss = "met" if f["peak_rss_mib"] < 100 else "NOT met"
     w = f["workers"]
-    return f"""## Custody manifest throughput (issue 3, benchmark 8(b))
+    return f"""## Custody manifest throughput
 
 * Date: {f['date']}
 * Machine: {m['cpu']}, {m['usable_cpus']} usable CPUs, {m['ram_gib']} GiB RAM, kernel {m['kernel']},
