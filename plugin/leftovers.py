@@ -88,7 +88,8 @@ def _scan(client, extra_labels: dict | None) -> list[tuple]:
     filters = {"label": [f"{KIT_LABEL}=1", *(f"{k}={v}" for k, v in (extra_labels or {}).items())]}
     boot, ns = _boot_id(), _pidns()
     rows = []
-    for container in client.containers.list(all=True, filters=filters):
+    # ignore_removed: another session may remove its own container between the list and the inspection.
+    for container in client.containers.list(all=True, filters=filters, ignore_removed=True):
         # The filter ran on the daemon; check the label again here so nothing unlabelled is ever touched.
         if (container.labels or {}).get(KIT_LABEL) != "1":
             continue

@@ -76,8 +76,9 @@ def run_probe(client, spec: LaunchSpec, timeout_s: float = PROBE_TIMEOUT_S) -> t
     NO_GPU_IN_CONTAINERS; the container is removed in every case.
     """
     started = time.monotonic()
-    container = client.containers.create(**probe_create_kwargs(spec))
-    try:  # everything after create is inside the try: an interrupted probe never leaks its container
+    container = None
+    try:  # create is inside the try too: an interrupted probe never leaks its container
+        container = client.containers.create(**probe_create_kwargs(spec))
         try:
             container.start()
         except APIError as exc:
@@ -98,12 +99,13 @@ def run_probe(client, spec: LaunchSpec, timeout_s: float = PROBE_TIMEOUT_S) -> t
         facts = judge_probe(result, spec.flags_used())
         return facts, time.monotonic() - started
     finally:
-        _remove(container)
+        _remove(client, container, f"{spec.name}-probe")
 
 
-def _remove(container) -> None:
+def _remove(client, container, name: str) -> None:
+    """Remove the probe container; by its (session-unique) name when create was interrupted mid-call."""
     try:
-        container.remove(force=True)
+        (container or client.containers.get(name)).remove(force=True)
     except NotFound:
         pass
 

@@ -193,7 +193,9 @@ def run_lines(receipt: dict) -> list[str]:
                        f"{number(summary.get('received'))}, HTTP 2xx {number(summary.get('answered_2xx'))}, missing "
                        f"{number(summary.get('missing'))}, errors {errors or 'none'}, length-limited "
                        f"{number(summary.get('length_limited'))}, empty {number(summary.get('empty_generations'))}; "
-                       f"output tokens/s through the engine socket {number(summary.get('output_tokens_per_s'))}")
+                       f"output tokens/s measured through the engine socket "
+                       f"{number(summary.get('output_tokens_per_s'))} over {number(summary.get('measured_requests'))} "
+                       "requests")
     batch = _dict(receipt.get("batch"))
     if batch:
         out.append(f"- batch request file SHA-256 `{shaped('sha256', _dict(batch.get('request_file')).get('sha256'))}`"

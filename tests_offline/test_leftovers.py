@@ -102,3 +102,25 @@ def test_scan_only_reports(docker_client, tmp_path, stub_image):
         assert docker_client.containers.get(dead.id).status == "created"
     finally:
         dead.remove(force=True)
+
+
+def test_a_sweep_survives_containers_removed_while_it_runs(docker_client, tmp_path, stub_image):
+    """Another session removing its own containers mid-sweep must not break this session's start."""
+    import threading
+
+    spec = make_spec(tmp_path, stub_image)
+    case = uuid.uuid4().hex
+    made = [_container(docker_client, spec, case, labels(ME.pid, ME.start_ticks), start=False) for _ in range(12)]
+    remover = threading.Thread(target=lambda: [c.remove(force=True) for c in made])
+    try:
+        remover.start()
+        while remover.is_alive():
+            rows = remove_dead_owner_containers(docker_client, {"onegpu.test_case": case})
+            assert all(not r["removed"] for r in rows)  # every owner here is alive: nothing is removed by the sweep
+    finally:
+        remover.join()
+        for container in made:
+            try:
+                container.remove(force=True)
+            except Exception:  # the remover got it
+                pass
