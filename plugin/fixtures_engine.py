@@ -68,7 +68,8 @@ def launch_spec(request, settings, selected_gpu, hardware, kit) -> LaunchSpec:
     """The exact engine launch (argv, mounts, caps) a person approves; shown and kept in the receipt."""
     image_id, notes = _image_for_plan(request, hardware, settings)
     spec = build_launch_spec(settings, selected_gpu.uuid, image_id, kit.run_folder.name,
-                             str(socket_folder(kit.run_folder)), current_owner())
+                             str(socket_folder(kit.run_folder)), current_owner(),
+                             checkpoint_root=os.path.realpath(settings.model_path))
     if notes:
         spec = dataclasses.replace(spec, notes=[*spec.notes, *notes])
     kit.table("onegpu launch plan", spec.plan_lines())

@@ -240,9 +240,14 @@ def owner_labels(run_id: str, owner: Owner, role: str) -> dict[str, str]:
 
 
 def build_launch_spec(settings, gpu_uuid: str | None, image_id: str, run_id: str, socket_dir: str,
-                      owner: Owner) -> LaunchSpec:
-    """The engine launch for these settings (pure: no file, process or daemon is consulted)."""
-    layout = hf_cache_layout(settings.model_path)
+                      owner: Owner, checkpoint_root: str | None = None) -> LaunchSpec:
+    """The engine launch for these settings (pure: no file, process or daemon is consulted).
+
+    `checkpoint_root` is the checkpoint folder with links resolved (default: settings.model_path as written):
+    a model_path that is a link to a cache snapshot must mount the snapshot's real repo folder, or the
+    snapshot's relative links into ../../blobs would dangle in the container."""
+    root = checkpoint_root or settings.model_path
+    layout = hf_cache_layout(root)
     notes = []
     if layout:
         repo, snapshot = layout
@@ -251,7 +256,7 @@ def build_launch_spec(settings, gpu_uuid: str | None, image_id: str, run_id: str
         notes.append(f"Hugging Face cache: the repo folder is mounted so {snapshot}'s links into ../../blobs "
                      "resolve")
     else:
-        mounts = [BindMount(str(PurePosixPath(settings.model_path)), MODEL_MOUNT, True)]
+        mounts = [BindMount(str(PurePosixPath(root)), MODEL_MOUNT, True)]
         model_arg = MODEL_MOUNT
     mounts.append(BindMount(socket_dir, SOCKET_MOUNT, False))
     command = [

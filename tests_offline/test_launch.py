@@ -8,6 +8,7 @@ import json
 import shlex
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -200,3 +201,28 @@ def test_printed_docker_run_line_creates_the_same_container_as_the_sdk(docker_cl
             by_cli.remove(force=True)
     finally:
         by_sdk.remove(force=True)
+
+
+def test_a_model_path_linked_to_a_cache_snapshot_mounts_the_real_repo_folder(kit_project, tmp_path):
+    """The snapshot's files link to ../../blobs: mounting the link itself would leave them dangling."""
+    repo = tmp_path / "hub" / "models--org--tiny"
+    snapshot = repo / "snapshots" / ("c" * 40)
+    (repo / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    (repo / "blobs" / ("d" * 64)).write_text("{}")
+    (snapshot / "config.json").symlink_to(f"../../blobs/{'d' * 64}")
+    alias = tmp_path / "my-model"
+    alias.symlink_to(snapshot)
+    (kit_project.path / "s.json").write_text(json.dumps({
+        "schema": "onegpu/settings@1", "model_id": "org/tiny", "model_revision": "c" * 40, "model_path": str(alias),
+        "image": "onegpu-absent:v0", "gpu": 0, "context_tokens": 4096, "prefill_chunk_tokens": 512,
+        "cpu_offload_gib": 0, "container_ram_gib": 8, "host_headroom_gib": 1, "deadline_s": 60}))
+    kit_project.makepyfile(**{"tests_hw/test_2_launch": (
+        "import pytest\npytestmark = [pytest.mark.scan, pytest.mark.phase('plan')]\n"
+        "def test_plan(launch_spec):\n    pass\n")})
+    profile = Path(__file__).resolve().parents[1] / "profiles" / "h200-141gb-host.json"
+    kit_project.runpytest("-m", "scan", "--settings=s.json", f"--hardware={profile}").assert_outcomes(passed=1)
+    (folder,) = (kit_project.path / "runs").iterdir()
+    launch = json.loads((folder / "receipt.json").read_text())["launch"]
+    assert launch["mounts"][0]["source"] == str(repo) and launch["mounts"][0]["read_only"] is True
+    assert launch["command"][1] == f"/model-repo/snapshots/{'c' * 40}"
