@@ -251,8 +251,12 @@ def authenticate(files: list[dict], layout: Layout, settings_revision: str,
                                             "publisher_hashes_without_file": check.absent}
         auth.failures += [f"publisher hash: {m}" for m in check.mismatched]
         if not check.mismatched:
-            line = (f"AUTHENTICATED AGAINST PUBLISHER HASHES: {len(check.matched)} of {len(files)} files match "
-                    f"{publisher.path} (sha256 {publisher.sha256})")
+            # Only a complete match authenticates; a partial one says exactly what it covers.
+            complete = check.matched and not check.unlisted and not check.absent
+            head = ("AUTHENTICATED AGAINST PUBLISHER HASHES" if complete
+                    else "PARTLY CHECKED AGAINST PUBLISHER HASHES, NOT AUTHENTICATED")
+            line = (f"{head}: {len(check.matched)} of {len(files)} files match {publisher.path} "
+                    f"(sha256 {publisher.sha256})")
             if check.unlisted:
                 line += f"; files without a publisher hash: {_names(check.unlisted)}"
             if check.absent:

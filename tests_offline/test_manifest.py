@@ -354,6 +354,13 @@ def test_publisher_mismatch_blocks_naming_the_file(tmp_path):
     assert not any("AUTHENTICATED AGAINST" in s for s in result.statements)
 
 
+def test_publisher_hashes_matching_no_file_authenticate_nothing(tmp_path):
+    root = plain_checkpoint(tmp_path / "ckpt")
+    result = custody(root, tmp_path / "run", publisher=publisher(f"{'ab' * 32}  elsewhere.bin\n"))
+    line = next(s for s in result.statements if "PUBLISHER HASHES" in s)
+    assert line.startswith("PARTLY CHECKED AGAINST PUBLISHER HASHES, NOT AUTHENTICATED: 0 of 5 files match")
+
+
 def test_publisher_missing_entries_are_named_both_ways(tmp_path):
     root = plain_checkpoint(tmp_path / "ckpt")
     lines = [ln for ln in sha256sum_lines(root).splitlines() if "params.json" not in ln]
@@ -361,7 +368,7 @@ def test_publisher_missing_entries_are_named_both_ways(tmp_path):
     result = custody(root, tmp_path / "run", publisher=publisher("\n".join(lines) + "\n"))
     assert result.blocked is None
     line = next(s for s in result.statements if "PUBLISHER HASHES" in s)
-    assert "4 of 5 files match" in line
+    assert line.startswith("PARTLY CHECKED AGAINST PUBLISHER HASHES, NOT AUTHENTICATED: 4 of 5 files match")
     assert "files without a publisher hash: original/params.json" in line
     assert "publisher hashes without a file: README.md" in line
 
