@@ -51,6 +51,8 @@ class RunBasis:
     ready_note: str  # where the READY reading came from, or why there is none
     vllm_version: str | None
     banners: list[str] = field(default_factory=list)
+    model_id: str | None = None
+    model_revision: str | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,8 @@ class CurrentBasis:
     kv_cache_dtype: str | None = None
     cpu_offload_gib: float | None = None
     source: str = "settings"  # "settings" or "proposal request"
+    model_id: str | None = None
+    model_revision: str | None = None
 
 
 @dataclass(frozen=True)
@@ -175,7 +179,8 @@ def run_basis(run_id: str, folder: str, receipt, settings, manifest, samples: li
         load_bytes=round(facts["load_gib"] * GIB), kv_pool_bytes=round(facts["kv_cache_gib"] * GIB),
         kv_pool_tokens=facts.get("kv_cache_tokens"), ready_gpu_used_bytes=used, ready_note=note,
         vllm_version=_get(receipt, "probe", "vllm_version") or facts.get("vllm_version"),
-        banners=[b for b in receipt.get("banners") or [] if isinstance(b, str)])
+        banners=[b for b in receipt.get("banners") or [] if isinstance(b, str)],
+        model_id=settings.model_id, model_revision=settings.model_revision)
 
 
 def _names(items: list[str]) -> str:
@@ -196,6 +201,10 @@ def identity_problems(run: RunBasis, now: CurrentBasis) -> list[str]:
                if run.checkpoint_files[p] != now.checkpoint_files[p]]
     if resized:
         problems.append(f"{len(resized)} checkpoint file(s) differ in size: {_names(resized)}")
+    for what, then, current in (("model ID", run.model_id, now.model_id),
+                                ("model revision", run.model_revision, now.model_revision)):
+        if then and current and then != current:
+            problems.append(f"the {what} differs: {then} in the run, {current} now")
     if run.config_sha256 != now.config_sha256:
         problems.append(f"config.json differs: SHA-256 {run.config_sha256 or 'not recorded'} in the run, "
                         f"{now.config_sha256} now")

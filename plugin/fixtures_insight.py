@@ -128,7 +128,8 @@ def load_run(folder: Path) -> calibrate.RunBasis:
     return calibrate.run_basis(run_id, str(folder), receipt, settings, manifest, _samples(folder / "samples.jsonl"))
 
 
-def current_basis(model_path: str, image: str, context: int, chunk: int, kv_dtype, offload, source: str):
+def current_basis(model_path: str, image: str, context: int, chunk: int, kv_dtype, offload, source: str,
+                  model_id: str | None = None, model_revision: str | None = None):
     """The identity of what this session would run, read now; raises CalibrationError when it cannot be read."""
     root = Path(model_path)
     if not (root / "config.json").is_file():
@@ -142,7 +143,7 @@ def current_basis(model_path: str, image: str, context: int, chunk: int, kv_dtyp
     files = {name: os.stat(root / name).st_size for name in listing.files}
     config_sha = hashlib.sha256((root / "config.json").read_bytes()).hexdigest()
     return calibrate.CurrentBasis(str(root), files, config_sha, image, image_id, context, chunk, kv_dtype, offload,
-                                  source)
+                                  source, model_id, model_revision)
 
 
 def _read_calibration(config, request) -> calibrate.Calibration | None:
@@ -159,11 +160,12 @@ def _read_calibration(config, request) -> calibrate.Calibration | None:
             except SettingsError as exc:
                 raise calibrate.CalibrationError(f"nothing to compare with: {exc}") from None
             targets.append(current_basis(s.model_path, s.image, s.context_tokens, s.prefill_chunk_tokens,
-                                         s.kv_cache_dtype, s.cpu_offload_gib, "settings"))
+                                         s.kv_cache_dtype, s.cpu_offload_gib, "settings", s.model_id,
+                                         s.model_revision))
         if request is not None:
             targets.append(current_basis(request.model_path, request.image, request.context_tokens,
                                          request.prefill_chunk_tokens, request.kv_cache_dtype, None,
-                                         "proposal request"))
+                                         "proposal request", request.model_id, request.model_revision))
         if not targets:
             raise calibrate.CalibrationError("a calibration replaces the reserve of a plan: give --settings (or "
                                              "--propose) too")

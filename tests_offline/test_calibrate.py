@@ -82,7 +82,7 @@ def current(**changes) -> calibrate.CurrentBasis:
     run = load_run(READY)
     values = dict(checkpoint_root="/ckpt", checkpoint_files=dict(run.checkpoint_files),
                   config_sha256=run.config_sha256, image_reference="img:1", image_id=run.image_id, context_tokens=8192,
-                  prefill_chunk_tokens=2048)
+                  prefill_chunk_tokens=2048, model_id="stub-org/e2e-model", model_revision="e" * 40)
     return calibrate.CurrentBasis(**{**values, **changes})
 
 
@@ -167,6 +167,8 @@ def test_the_same_checkpoint_image_context_and_chunk_pass():
     (lambda c: {"prefill_chunk_tokens": 4096}, "the prefill chunk differs: 2,048 tokens in the run, 4,096 now"),
     (lambda c: {"image_id": "sha256:" + "9" * 64}, "the image differs: the run ran sha256:"),
     (lambda c: {"config_sha256": "f" * 64}, "config.json differs: SHA-256"),
+    (lambda c: {"model_revision": "f" * 40}, f"the model revision differs: {'e' * 40} in the run, {'f' * 40} now"),
+    (lambda c: {"model_id": "other-org/other"}, "the model ID differs: stub-org/e2e-model in the run, other-org/other"),
     (lambda c: {"checkpoint_files": {**c.checkpoint_files, "extra.safetensors": 8}},
      "the checkpoint file list differs: 1 only now (extra.safetensors)"),
     (lambda c: {"checkpoint_files": {**c.checkpoint_files, "config.json": 1}},
