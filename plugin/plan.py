@@ -176,3 +176,19 @@ def describe_agreement(ckpt) -> str:
         total = f"index total_size {ckpt.index_total_size:,}"
     return (f"index and headers agree: {len(ckpt.tensors):,} tensors in {len(ckpt.shards)} shard(s), each in exactly "
             f"one header; header data bytes {ckpt.weight_bytes:,} ({total})")
+
+
+def require_revision(ckpt, settings) -> str:
+    """A cache snapshot's folder names its revision: it must be the one the settings name (REVISION_MISMATCH).
+
+    Free to check in a scan; custody checks it again, with the content addresses, before any byte is hashed.
+    """
+    if ckpt.hf_revision is None:
+        return (f"revision {settings.model_revision} is the operator's assertion: the checkpoint is a plain folder "
+                "(custody hashes it; nothing local ties its bytes to a revision)")
+    if ckpt.hf_revision != settings.model_revision:
+        raise Blocked("REVISION_MISMATCH", f"the checkpoint is the cache snapshot of revision {ckpt.hf_revision}, "
+                                           f"the settings name {settings.model_revision}",
+                      {"snapshot": ckpt.hf_revision, "settings": settings.model_revision})
+    return (f"the cache snapshot is revision {ckpt.hf_revision}, as the settings name (custody checks its files "
+            "against the cache's content addresses)")

@@ -3,7 +3,7 @@ import pytest
 
 from plugin.capacity import describe_weights
 from plugin.kvcache import describe_kv
-from plugin.plan import describe_agreement, describe_checkpoint, describe_settings
+from plugin.plan import describe_agreement, describe_checkpoint, describe_settings, require_revision
 
 pytestmark = [pytest.mark.scan, pytest.mark.phase("plan")]
 
@@ -14,6 +14,10 @@ def test_settings_are_valid_and_assumptions_shown(settings, fact):
 
 def test_checkpoint_is_present_and_complete(checkpoint, fact):
     fact(describe_checkpoint, checkpoint)
+
+
+def test_checkpoint_is_the_revision_the_settings_name(checkpoint, settings, fact):
+    fact(require_revision, checkpoint, settings)
 
 
 def test_index_and_headers_agree(checkpoint, fact):

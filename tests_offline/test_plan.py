@@ -258,3 +258,18 @@ def test_without_a_driver_the_gpu_rows_are_unknown_and_the_host_is_still_judged(
     tests = outcomes(receipt)
     assert tests["test_weights_left_on_the_gpu_stay_within_the_budget"]["code"] == "NO_NVIDIA_DRIVER"
     assert tests["test_ram_cap_and_headroom_stay_within_host_ram"]["code"] == "INSUFFICIENT_HOST_RAM"
+
+
+def test_a_cache_snapshot_of_another_revision_is_refused_in_the_scan():
+    from types import SimpleNamespace
+
+    from plugin.outcomes import Blocked
+    from plugin.plan import require_revision
+
+    settings = SimpleNamespace(model_revision="a" * 40)
+    assert "is revision " + "a" * 40 in require_revision(SimpleNamespace(hf_revision="a" * 40), settings)
+    assert "operator's assertion" in require_revision(SimpleNamespace(hf_revision=None), settings)
+    with pytest.raises(Blocked) as caught:
+        require_revision(SimpleNamespace(hf_revision="b" * 40), settings)
+    assert caught.value.code == "REVISION_MISMATCH" and caught.value.numbers == {"snapshot": "b" * 40,
+                                                                                 "settings": "a" * 40}
