@@ -4,6 +4,7 @@ Hooks only; the fixtures live in plugin.fixtures_* and every decision lives in a
 """
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -103,8 +104,8 @@ def pytest_configure(config):
                                     "it only for a profile that leaves it unset")
     elif stated_ram is not None:
         raise pytest.UsageError("--host-ram-gib applies only with --hardware: this machine's RAM is read, not stated")
-    if stated_ram is not None and not stated_ram > 0:
-        raise pytest.UsageError(f"--host-ram-gib {stated_ram}: must be a positive number of GiB")
+    if stated_ram is not None and not (math.isfinite(stated_ram) and stated_ram > 0):
+        raise pytest.UsageError(f"--host-ram-gib {stated_ram}: must be a finite positive number of GiB")
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     config.stash[KIT_KEY] = KitSession(options={}, command_line=[sys.executable, "-m", "pytest",
@@ -142,14 +143,16 @@ def pytest_collection_modifyitems(session, config, items):
     (KIT.md 10), so its receipt always carries the facts and the plan. After it: the approval gate."""
     kit = kit_of(config)
     kit.markexpr = config.option.markexpr or ""
+    every_kit_test = _kit_items(items)
     acting = [i for i in items if i.get_closest_marker(gating.APPROVAL_MARK)]
-    if any(gating.approved(i, kit.markexpr) for i in acting):
-        config.option.markexpr = f"({kit.markexpr}) or scan"
+    kit.approved = any(gating.approved(i, kit.markexpr) for i in acting)
+    if kit.approved:
+        config.option.markexpr = f"({kit.markexpr}) or {gating.WIDENED}"
     yield
     config.option.markexpr = kit.markexpr
     # Reading tests first, then acting ones, whatever the file order (a stable sort keeps phase order).
     items.sort(key=lambda i: i.get_closest_marker(gating.APPROVAL_MARK) is not None)
-    kept, held = gating.split_unapproved(items, kit.markexpr)
+    kept, held = gating.split_unapproved(items, kit.markexpr, kit.approved)
     if not config.getoption("requests") and not config.getoption("resume_batch"):
         # The batch phase exists only when a request file is given.
         held += [i for i in kept if i.get_closest_marker("batch")]
@@ -162,14 +165,15 @@ def pytest_collection_modifyitems(session, config, items):
     left_out = [i for i in acting if id(i) not in still]
     kit.held_back = len(left_out)
     selected = _kit_items(items)
-    if not selected:
-        return  # e.g. `pytest tests_offline`: no kit test, no run folder
+    if not selected or config.option.collectonly:
+        return  # e.g. `pytest tests_offline` or `--collect-only`: nothing runs, no run folder
     kit.kind = _session_kind(selected)
     _open_run_folder(session, kit)
     _set_timeout_backstop(config, kit, [i for i in items if i.get_closest_marker(gating.APPROVAL_MARK)])
-    for item in left_out:
-        kit.receipt.record_test(item.nodeid, {"phase": _phase(item), "outcome": "deselected",
-                                              "message": _why_not_run(item)})
+    for item in every_kit_test:
+        if id(item) not in still:
+            kit.receipt.record_test(item.nodeid, {"phase": _phase(item), "outcome": "deselected",
+                                                  "message": _why_not_run(item)})
 
 
 def _set_timeout_backstop(config, kit: KitSession, acting: list) -> None:
@@ -189,6 +193,8 @@ def _set_timeout_backstop(config, kit: KitSession, acting: list) -> None:
 
 
 def _why_not_run(item) -> str:
+    if item.get_closest_marker(gating.APPROVAL_MARK) is None:
+        return "not selected by this session's -m/-k/paths or options"
     if item.get_closest_marker("batch"):
         return "needs -m approve_load with --requests and --protocol"
     if item.get_closest_marker("serve"):
@@ -267,7 +273,10 @@ def pytest_sessionfinish(session, exitstatus):
         return
     phases = phase_verdicts(kit.receipt.data["tests"])
     kit.receipt.data["phases"] = phases
-    kit.receipt.data["verdict"] = run_verdict(phases)
+    verdict = run_verdict(phases)
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        verdict = f"INTERRUPTED before the session finished (Ctrl-C or SIGTERM); what had landed: {verdict}"
+    kit.receipt.data["verdict"] = verdict
     kit.receipt.data["finished_at"] = now_iso()
     kit.receipt.data["exit_status"] = int(exitstatus)
     fail_on_blocked = session.config.getoption("fail_on_blocked")
@@ -286,7 +295,7 @@ def pytest_terminal_summary(terminalreporter, config):
     """The kit's lines come last, after pytest's own short summary: the verdicts, the run folder, the report."""
     result = yield
     kit = kit_of(config)
-    if kit.held_back:
+    if kit.held_back and not kit.approved:
         terminalreporter.write_line(
             f"onegpu: {kit.held_back} test(s) that act (hash, start a container, send requests) deselected; "
             "approve with: pytest -m approve_load --settings=s.json [--requests=r.jsonl --protocol=p.json] "

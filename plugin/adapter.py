@@ -86,11 +86,12 @@ class Adapter:
     async def close(self, grace_s: float) -> dict:
         """Refuse new calls (503), let calls in flight finish for up to grace_s (s), cut the rest, stop."""
         self.closing = True
-        if self._server is not None:
-            self._server.close()
         deadline = time.monotonic() + grace_s
+        # Still listening during the grace period: a new connection gets a 503 answer, not a refusal.
         while self._in_call and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
+        if self._server is not None:
+            self._server.close()
         cut = len(self._in_call)
         if cut:
             self._cut_reason = f"cut: the serve window closed and the {grace_s:g} s grace period passed"
@@ -340,7 +341,7 @@ class Adapter:
         body = rules.json_error(reject.status, reject.code, reject.message)
         call.respond(reject.status, [], adapter_error=reject.code)
         call.response.feed(body, time.monotonic())
-        await self._send_error(c, reject.status, body)
+        await self._send_error(c, reject.status, body, head_only=call.method == b"HEAD")
         call.ttfb(time.monotonic())
         call.finished_s = time.monotonic()
         raise _AnsweredClose()
@@ -355,13 +356,15 @@ class Adapter:
             self.log.record(call.entry(time.monotonic()))
 
     @staticmethod
-    async def _send_error(c: _Client, status: int, body: bytes) -> None:
-        """Send a complete JSON error with `Connection: close`."""
+    async def _send_error(c: _Client, status: int, body: bytes, head_only: bool = False) -> None:
+        """Send a complete JSON error with `Connection: close` (its headers only, for a HEAD request)."""
         if c.conn.our_state is h11.SEND_RESPONSE:
             headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                        (b"connection", b"close")]
-            c.writer.write(c.conn.send(h11.Response(status_code=status, headers=headers))
-                           + c.conn.send(h11.Data(data=body)) + c.conn.send(h11.EndOfMessage()))
+            out = c.conn.send(h11.Response(status_code=status, headers=headers))
+            if not head_only:  # h11 refuses a body after a HEAD request, as HTTP does
+                out += c.conn.send(h11.Data(data=body))
+            c.writer.write(out + c.conn.send(h11.EndOfMessage()))
         else:  # a head that never parsed: h11 has no response to send, so answer outside its cycle
             c.writer.write(rules.bare_error(status, body))
         await c.writer.drain()

@@ -138,13 +138,14 @@ def image(settings, docker_facts, hardware, kit):
     A replayed session plans for another machine: an image this machine lacks is resolved at approval on the
     target (HARDWARE_REPLAYED, not IMAGE_MISSING); one it has is shown with that caveat."""
     with blocked_as_xfail():
-        require_docker(docker_facts)
         try:
+            require_docker(docker_facts)
             facts = resolve_local_image(settings.image)
         except Blocked as blocked:
-            if not hardware.replayed or blocked.code != "IMAGE_MISSING":
+            if not hardware.replayed or blocked.code not in ("IMAGE_MISSING", "NO_DOCKER"):
                 raise
-            raise Blocked("HARDWARE_REPLAYED", f"image {settings.image!r} is not on this machine's Docker engine; "
+            raise Blocked("HARDWARE_REPLAYED", f"image {settings.image!r} is not on this machine's Docker engine "
+                                               f"({blocked.code}); "
                                                "the approval on the target machine resolves it to its sha256 ID "
                                                "there") from None
     kit.receipt.set("image", to_json(facts))

@@ -35,13 +35,26 @@ def approved(item, markexpr: str) -> bool:
     return named(item, markexpr, APPROVAL_MARK)
 
 
-def split_unapproved(items: list, markexpr: str) -> tuple[list, list]:
+# Acting tests of these marks run only when the expression names them; the other acting tests (probe,
+# custody, load: what every approved session does anyway through its fixtures) run whenever the session is
+# approved, so their verdicts are recorded instead of reading NOT RUN.
+OPTIONAL_ACTS = ("canary", "batch", "serve")
+WIDENED = f"scan or (approve_load and not ({' or '.join(OPTIONAL_ACTS)}))"
+
+
+def is_core_act(item) -> bool:
+    return item.get_closest_marker(APPROVAL_MARK) is not None and not any(
+        item.get_closest_marker(m) is not None for m in OPTIONAL_ACTS)
+
+
+def split_unapproved(items: list, markexpr: str, session_approved: bool) -> tuple[list, list]:
     """(kept, held back) for the items pytest left after its own -m/-k selection."""
     kept, held = [], []
     for item in items:
-        needs = [m for m in NAMED_MARKS if item.get_closest_marker(m) is not None]
-        if any(not named(item, markexpr, m) for m in needs):
-            held.append(item)
+        if is_core_act(item):
+            keep = session_approved
         else:
-            kept.append(item)
+            needs = [m for m in NAMED_MARKS if item.get_closest_marker(m) is not None]
+            keep = all(named(item, markexpr, m) for m in needs)
+        (kept if keep else held).append(item)
     return kept, held

@@ -5,10 +5,10 @@ in an `error` field rather than a guess.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import strict_json
 from .jsonable import FactsFormatError, from_json, to_json
 
 SCHEMA = "onegpu/hardware@1"
@@ -141,7 +141,7 @@ def facts_from_json(data: dict, where: str = "profile") -> HardwareFacts:
 def load_profile(path: Path) -> HardwareFacts:
     """Read a recorded profile (or a run folder's hardware.json) for --hardware replay."""
     try:
-        data = json.loads(path.read_text())
+        data = strict_json.loads(path.read_bytes())
     except FileNotFoundError:
         raise FactsFormatError(f"--hardware {path}: no such file") from None
     except (OSError, ValueError) as exc:

@@ -58,11 +58,12 @@ def require_idle(d: GpuDevice) -> str:
     return f"GPU {d.index} has no compute processes; driver-reported free {gib(d.free_bytes)}"
 
 
-def require_host_ram(host: HostFacts) -> str:
+def require_host_ram(host: HostFacts, replayed: bool = False) -> str:
     if host.ram_total_bytes is None:
         raise Blocked("HOST_RAM_UNSTATED", "this profile leaves host RAM unset (it was never established "
                                            "publicly); state it with --host-ram-gib N")
-    who = "stated by the operator" if host.ram_stated_by_operator else "read from /proc/meminfo"
+    who = ("stated by the operator" if host.ram_stated_by_operator
+           else "from the replayed profile, not read here" if replayed else "read from /proc/meminfo")
     return (f"host RAM total {gib(host.ram_total_bytes)}, available {gib(host.ram_available_bytes)} ({who}); "
             f"swap {gib(host.swap_total_bytes)} total, {gib(host.swap_free_bytes)} free")
 
@@ -75,7 +76,8 @@ def describe_cgroup(host: HostFacts) -> str:
     swap = "none" if cg.swap_limit_bytes is None else gib(cg.swap_limit_bytes)
     cpus = "none" if cg.cpu_quota_cpus is None else f"{cg.cpu_quota_cpus:g} CPUs"
     return (f"cgroup v{cg.version} {cg.path}: memory limit {limit} (tightest up to the root), "
-            f"memory+swap limit {swap}, usage {gib(cg.memory_usage_bytes)}, CPU quota {cpus}")
+            f"{'memory+swap' if cg.version == 1 else 'swap'} limit {swap}, usage {gib(cg.memory_usage_bytes)}, "
+            f"CPU quota {cpus}")
 
 
 def describe_limits(host: HostFacts) -> str:

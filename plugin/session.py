@@ -19,6 +19,7 @@ class KitSession:
     receipt: Receipt | None = None
     kind: str = "scan"
     markexpr: str = ""  # the -m expression as the operator typed it
+    approved: bool = False  # the expression names approve_load for at least one acting test
     held_back: int = 0  # approve_load tests deselected for want of approval
     shown: dict[str, list[str]] = field(default_factory=lambda: {p: [] for p in PHASES})
     tables: dict[str, list[str]] = field(default_factory=dict)  # titled blocks printed at the end

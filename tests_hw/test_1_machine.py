@@ -26,8 +26,8 @@ def test_selected_gpu_runs_no_other_compute(selected_gpu, fact):
     fact(m.require_idle, selected_gpu)
 
 
-def test_host_ram_is_known(host_facts, fact):
-    fact(m.require_host_ram, host_facts)
+def test_host_ram_is_known(hardware, fact):
+    fact(m.require_host_ram, hardware.host, hardware.replayed)
 
 
 def test_cgroup_limits_are_read(host_facts, fact):

@@ -206,11 +206,26 @@ def test_closing_answers_503_and_lets_calls_in_flight_finish(adapter, engine, tm
     idle.request("GET", "/v1/models", headers={"Authorization": f"Bearer {KEY}"})
     late = idle.getresponse()
     assert late.status == 503 and json.loads(late.read())["error"]["code"] == "window_closed"
+    fresh = http.client.HTTPConnection("127.0.0.1", adapter.port, timeout=10)  # a new client, while closing
+    fresh.request("POST", "/v1/completions", body=completion_body(), headers={"Authorization": f"Bearer {KEY}"})
+    refused = fresh.getresponse()
+    assert refused.status == 503 and json.loads(refused.read())["error"]["code"] == "window_closed"
     streaming.join(10), closer.join(10)
     assert results["stream"][0] == 200 and results["stream"][2].endswith(b"data: [DONE]\n\n")
     assert results["closed"] == {"cut_in_flight": 0}
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", adapter.port), timeout=2)
+
+
+def test_head_requests_get_an_error_head_not_a_dropped_connection(adapter):
+    for path in ("/health", "/v1/embeddings"):
+        conn = http.client.HTTPConnection("127.0.0.1", adapter.port, timeout=10)
+        conn.request("HEAD", path, headers={"Authorization": f"Bearer {KEY}"})
+        answer = conn.getresponse()
+        assert answer.status == 501 and answer.read() == b""  # headers only, as HTTP says for HEAD
+    conn = http.client.HTTPConnection("127.0.0.1", adapter.port, timeout=10)
+    conn.request("HEAD", "/v1/models")  # no key
+    assert conn.getresponse().status == 401
 
 
 def test_closing_cuts_calls_still_running_after_the_grace_period(adapter, engine, tmp_path):

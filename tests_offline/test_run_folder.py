@@ -279,3 +279,15 @@ def test_ini_settings_name_the_runs_folder_and_fail_on_blocked(kit_project):
     assert not (kit_project.path / "runs").exists()
     (folder,) = (kit_project.path / "evidence").iterdir()
     assert receipt_of(folder)["exit_status"] == 1
+
+
+def test_an_interrupted_session_says_so_in_its_verdict(kit_project):
+    kit_project.makepyfile(**{"tests_hw/test_1_stops": (
+        "import pytest\npytestmark = [pytest.mark.scan, pytest.mark.phase('machine')]\n"
+        "def test_passes():\n    pass\n"
+        "def test_is_interrupted():\n    raise KeyboardInterrupt\n")})
+    result = kit_project.runpytest("-m", "scan", no_reraise_ctrlc=True)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    receipt = receipt_of(only_run_folder(kit_project))
+    assert receipt["verdict"].startswith("INTERRUPTED before the session finished")
+    assert receipt["exit_status"] == int(pytest.ExitCode.INTERRUPTED)

@@ -69,7 +69,7 @@ def test_the_session_writes_summary_share_md_privately(served):
 def test_the_summary_holds_what_an_issue_needs(served):
     receipt = json.loads((served / "receipt.json").read_text())
     text = (served / SHARE_NAME).read_text()
-    wanted = ["**Verdict: NO DEFINITE FAILURE FOUND** in phases machine, plan, canary, batch, serve",
+    wanted = ["**Verdict: NO DEFINITE FAILURE FOUND** in phases machine, plan, probe, custody, load, canary, batch, serve",
               f"`stub-org/e2e-model` at revision `{'e' * 40}`", f"image ID: `{receipt['image']['id']}`",
               "one GPU: NVIDIA H200 140.40 GiB; no second card counted",
               "container RAM cap 9.00 GiB (swap cap equal to it)", "CPU offload 0.00 GiB", "context 8,192 tokens",
@@ -78,7 +78,7 @@ def test_the_summary_holds_what_an_issue_needs(served):
               f"serve {receipt['timings_s']['serve']:,.2f} s", "## Failures\n- none", "abstract Unix socket",
               "- GPU-resident weights (bytes): measured 4.00 GiB vs projected", "- GPU free after boot (bytes): "
               "not measured; projected", "- free-memory floor 2.00 GiB ASSUMED: not checked (GPU free memory not "
-              "measured)", "- checkpoint consistency: 7 check(s), 0 warning(s), 1 unknown (tied_embeddings)",
+              "measured)", "- checkpoint consistency: 8 check(s), 0 warning(s), 1 unknown (tied_embeddings)",
               "- no proposal (no --propose request in this session)", "- none given (the kit never computes a score)"]
     assert [w for w in wanted if w not in text] == [], text
 
