@@ -108,8 +108,13 @@ def pytest_configure(config):
         raise pytest.UsageError(f"--host-ram-gib {stated_ram}: must be a finite positive number of GiB")
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
-    config.stash[KIT_KEY] = KitSession(options={}, command_line=[sys.executable, "-m", "pytest",
-                                                                 *config.invocation_params.args])
+    config.stash[KIT_KEY] = KitSession(options={}, command_line=_command_line(config))
+
+
+def _command_line(config) -> list[str]:
+    """The exact command as typed: this process's argv when pytest was started from its own command line."""
+    args = list(config.invocation_params.args)
+    return list(sys.argv) if sys.argv[1:] == args else [sys.executable, "-m", "pytest", *args]
 
 
 def _kit_items(items) -> list:
@@ -219,6 +224,7 @@ def _open_run_folder(session, kit: KitSession) -> None:
     kit.receipt = Receipt(kit.run_folder, {
         "kit": {"name": "onegpu", "version": __version__, "git_commit": _git_commit(Path(__file__).parent)},
         "command_line": kit.command_line,
+        "working_folder": str(config.invocation_params.dir),
         "kind": kit.kind,
         "run_folder": str(kit.run_folder),
         "hardware_source": "replayed" if kit.replayed else "live",

@@ -125,7 +125,8 @@ def test_receipt_header_names_schema_kit_commit_command_and_facts(outcomes_proje
     head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
     assert receipt["schema"] == "onegpu/receipt@1"
     assert receipt["kit"] == {"name": "onegpu", "version": plugin.__version__, "git_commit": head.stdout.strip()}
-    assert receipt["command_line"][1:3] == ["-m", "pytest"]
+    assert receipt["command_line"][1:3] == ["-m", "pytest"]  # in-process pytester: argv is not pytest's own
+    assert receipt["working_folder"] == str(outcomes_project.path)
     assert "-m scan --settings s.json" in " ".join(receipt["command_line"])
     assert receipt["hardware_source"] == "live"
     assert receipt["hardware"]["schema"] == "onegpu/hardware@1"

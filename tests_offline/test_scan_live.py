@@ -76,3 +76,8 @@ def test_run_folder_is_written_and_named_last(scan):
     lines = scan["done"].stdout.splitlines()
     assert lines[-3:-1] == [f"run folder: {folder}", f"report:     {folder / 'report.html'}"]
     assert not (REPO_ROOT / ".pytest_cache").exists()
+
+
+def test_receipt_keeps_the_exact_command_and_folder(scan):
+    assert scan["receipt"]["command_line"][1:] == ["-m", "scan", f"--runs-dir={scan['folder'].parent}"]
+    assert scan["receipt"]["working_folder"] == str(REPO_ROOT)
