@@ -16,14 +16,8 @@ import os
 import struct
 from pathlib import Path
 
-# Bits per element of every dtype the safetensors format names.
-DTYPE_BITS = {
-    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
-    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8,
-    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
-    "I32": 32, "U32": 32, "F32": 32,
-    "I64": 64, "U64": 64, "F64": 64, "C64": 64,
-}
+from plugin.safetensors_header import DTYPE_BITS  # the kit's own table: one list of dtypes and bit sizes
+
 INDEX_NAME = "model.safetensors.index.json"
 
 Tensor = tuple[str, str, tuple[int, ...]]  # (name, safetensors dtype, shape)

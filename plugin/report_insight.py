@@ -12,6 +12,13 @@ OPERATOR = '<span class="og-operator">OPERATOR-SUPPLIED</span> '
 BUDGETS = ("cpu_offload_gib", "container_ram_gib", "host_headroom_gib", "gpu_reserve_gib", "free_floor_gib")
 
 
+def _missing(receipt: dict, key: str, title: str, option: str, value: str, why: str) -> str:
+    """A section the receipt lacks: not established (the option was given) or not given (it was not)."""
+    if option_given(receipt, option):
+        return section(key, title, absent(receipt, "plan"))
+    return section(key, title, _not_given(f"{option} {value}", why))
+
+
 def option_given(receipt: dict, option: str) -> bool:
     """Whether the session's command line carried `option` (as `--opt VALUE` or `--opt=VALUE`)."""
     return any(str(a) == option or str(a).startswith(option + "=") for a in receipt.get("command_line") or [])
@@ -108,11 +115,8 @@ def proposal(receipt: dict) -> str:
     title = "Proposed settings (a proposal: nothing runs from it)"
     p = receipt.get("proposal")
     if not p:
-        if option_given(receipt, "--propose"):
-            return section("proposal", title, absent(receipt, "plan"))
-        return section("proposal", title, _not_given("--propose REQUEST_JSON", "a request names the checkpoint, "
-                                                     "image, model ID, revision and context; the kit then proposes "
-                                                     "the budgets"))
+        return _missing(receipt, "proposal", title, "--propose", "REQUEST_JSON", "a request names the checkpoint, "
+                        "image, model ID, revision and context; the kit then proposes the budgets")
     settings, alt, reserve = p.get("settings") or {}, p.get("alternative"), p.get("reserve") or {}
     state = ("yes: copy the values below into your settings" if p.get("proposed") else
              "NO: a fact blocks every budget (below)" if p.get("blockers") else "no: a fact is unknown (below)")
@@ -212,10 +216,8 @@ def operator_score(receipt: dict) -> str:
     title = "Operator-supplied score (not computed by the kit)"
     s = receipt.get("operator_score")
     if not s:
-        if option_given(receipt, "--operator-score"):
-            return section("score", title, absent(receipt, "plan"))
-        return section("score", title, _not_given("--operator-score SCORE_JSON", "the kit never computes a score; "
-                                                  "a native score appears here only as the operator states it"))
+        return _missing(receipt, "score", title, "--operator-score", "SCORE_JSON", "the kit never computes a score; "
+                        "a native score appears here only as the operator states it")
     r = s.get("record") or {}
     scorer = r.get("scorer") or {}
     body = [f"<p>{OPERATOR}{e(s.get('label'))}: the operator's statement, carried as given; the kit did not "

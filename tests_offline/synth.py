@@ -10,7 +10,8 @@ import math
 import struct
 from pathlib import Path
 
-# Bits per element, as the safetensors format defines them.
+# Bits per element, as the safetensors format defines them. Written out here, not imported from the reader
+# under test, so a wrong entry in the reader's table cannot hide behind the same entry in the writer.
 BITS = {
     "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
     "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8,

@@ -1,7 +1,5 @@
 """Image resolution against the real Docker engine: a tiny image imported locally (no pull), removed after."""
-import io
 import secrets
-import tarfile
 import time
 
 import docker
@@ -9,25 +7,15 @@ import pytest
 
 from plugin.image import describe_image, resolve_image
 from plugin.outcomes import Blocked
-
-
-def tiny_rootfs() -> bytes:
-    """A tar with one file: enough for `docker import` to make an image without any registry."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        data = b"onegpu image resolution test\n"
-        info = tarfile.TarInfo("onegpu-test.txt")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+from tests_offline.tiny_image import tiny_rootfs
 
 
 @pytest.fixture
 def local_image(docker_client):
     """(reference, id) of a freshly imported image labelled onegpu.test=1; removed at teardown."""
     repo, tag = "onegpu-test-image", secrets.token_hex(6)
-    docker_client.api.import_image_from_data(tiny_rootfs(), repository=repo, tag=tag,
-                                             changes=["LABEL onegpu.test=1"])
+    docker_client.api.import_image_from_data(tiny_rootfs(b"onegpu image resolution test\n"), repository=repo,
+                                             tag=tag, changes=["LABEL onegpu.test=1"])
     image = docker_client.images.get(f"{repo}:{tag}")
     try:
         yield f"{repo}:{tag}", image.id

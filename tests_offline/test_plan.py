@@ -3,18 +3,17 @@ synthetic checkpoint, a replayed hardware profile and a tiny image imported into
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import secrets
 import shutil
 import stat
-import tarfile
 
 import pytest
 
 from plugin.capacity import CHECKS, TABLE_TITLE
 from plugin.image import ImageFacts
 from plugin.outcomes import Blocked
+from tests_offline.tiny_image import tiny_rootfs
 from plugin.plan import (PLAN_SCHEMA, PlanFileError, describe_settings, load_plan, plan_bytes, plan_changes,
                          plan_digest, plan_document, require_same_plan)
 from tests_offline.conftest import PROFILES, REPO_ROOT
@@ -106,24 +105,14 @@ def test_settings_lines_show_every_assumed_knob():
 
 # ---- real sessions -------------------------------------------------------------------------------------------
 
-def tiny_rootfs() -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        data = b"onegpu plan test\n"
-        info = tarfile.TarInfo("onegpu-test.txt")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 @pytest.fixture(scope="module")
 def engine_images(docker_client):
     """Two tiny images imported locally (labelled onegpu.test=1): a tag on the first; removed at the end."""
     repo, ids = f"onegpu-test-plan-{secrets.token_hex(4)}", []
     try:
         for n in range(2):
-            docker_client.api.import_image_from_data(tiny_rootfs() + bytes(n), repository=repo, tag=f"v{n}",
-                                                     changes=[f"LABEL onegpu.test=1 onegpu.n={n}"])
+            docker_client.api.import_image_from_data(tiny_rootfs(b"onegpu plan test\n") + bytes(n), repository=repo,
+                                                     tag=f"v{n}", changes=[f"LABEL onegpu.test=1 onegpu.n={n}"])
             ids.append(docker_client.images.get(f"{repo}:v{n}").id)
         yield f"{repo}:v0", ids
     finally:

@@ -28,7 +28,7 @@ from tests_offline.synth import SYNTHETIC_METADATA, write_checkpoint
 from tests_offline.test_approve_e2e import LLAMA, llama_tensors
 from tests_offline.test_capacity import LLAMA_CONFIG, layers_table
 from tests_offline.test_landing import ENGINE_CONFTEST
-from tests_offline.test_plan import tiny_rootfs
+from tests_offline.tiny_image import tiny_rootfs
 from tests_offline.test_report import HOSTILE, kit_sections, partial_receipt, real_runs  # noqa: F401
 
 GIB = 2**30
@@ -137,7 +137,7 @@ class InsightRuns:
 def insight_runs(docker_client, tmp_path_factory) -> InsightRuns:
     """The sessions, with one tiny local image (labelled onegpu.test=1) that the plan and calibration resolve."""
     repo = f"onegpu-test-insight-{secrets.token_hex(4)}"
-    docker_client.api.import_image_from_data(tiny_rootfs(), repository=repo, tag="v0",
+    docker_client.api.import_image_from_data(tiny_rootfs(b"onegpu plan test\n"), repository=repo, tag="v0",
                                              changes=["LABEL onegpu.test=1"])
     image_id = docker_client.images.get(f"{repo}:v0").id
     try:
