@@ -255,7 +255,7 @@ def offload_order(tensors: list[TensorInfo]) -> list[TensorInfo]:
 
     Draft (MTP) layers are left out: the engine builds them only for speculative decoding.
     """
-    # sorted() is stable: tensors of one layer keep their index order.
+    # sorted() is stable: tensors of one layer keep their checkpoint order (shard by shard, header order).
     return sorted((t for t in tensors if t.layer is not None and ".mtp." not in t.name), key=_layer_of)
 
 

@@ -49,7 +49,7 @@ class CheckpointFacts:
     quant: QuantFacts
     index_file: str | None  # model.safetensors.index.json, or None for a single model.safetensors
     shards: list[ShardFacts]
-    tensors: list[TensorInfo]  # every tensor, in index order (kept out of the receipt: too many)
+    tensors: list[TensorInfo]  # every tensor, shard by shard in header order (kept out of the receipt: too many)
     bytes_by_dtype: dict[str, int]
     params_by_dtype: dict[str, int]  # element counts for dtypes that are not packed
     packed_bytes_by_dtype: dict[str, int]  # packed blocks (U8 holding F4 pairs, ...) counted by bytes only

@@ -11,7 +11,7 @@ import pytest
 from plugin.checkpoint import read_checkpoint
 from plugin.outcomes import Blocked
 from plugin.quant_config import quant_facts
-from plugin.tensor_roles import is_packed, layer_index, tensor_role
+from plugin.tensor_roles import is_packed, layer_index, packed_rows, tensor_role, tensor_roles
 from tests_offline.checkpoint_corpus import CASES, REVISION, base
 from tests_offline.synth import SYNTHETIC_METADATA, moe_tensors, nbytes, write_checkpoint, write_shard
 
@@ -213,11 +213,14 @@ def test_ignored_layers_are_kept():
 ])
 def test_tensor_roles(name, role):
     assert tensor_role(name) == role
+    assert tensor_roles([name, "experts.0.w1", "x.experts", name]) == [role, "routed_experts", "routed_experts", role]
 
 
 @pytest.mark.parametrize("name, layer", [
     ("model.layers.12.mlp.gate.weight", 12), ("transformer.h.3.attn.c_attn.weight", 3),
     ("blocks.0.norm.weight", 0), ("model.embed_tokens.weight", None), ("model.layers.x.y", None),
+    ("model.layers.12", None), ("model.layers.012.a", 12), ("model.layers.12345.a", 12345),
+    ("model.layers..h.4.a", 4),
 ])
 def test_layer_index(name, layer):
     assert layer_index(name) == layer
@@ -228,6 +231,9 @@ def test_packed_dtypes():
     assert is_packed("model.layers.0.mlp.down_proj.weight_packed", "I32")
     assert not is_packed("model.layers.0.mlp.down_proj.weight", "F4")
     assert not is_packed("model.layers.0.mlp.down_proj.weight", "I32")
+    names = ["a.weight_packed", "a.qweight", "a.weight"]
+    for dtype in ("U8", "I32", "F4", "BF16"):
+        assert packed_rows(names, dtype) == [is_packed(n, dtype) for n in names]
 
 
 def test_random_damage_is_always_a_blocked_never_a_crash(tmp_path):
