@@ -213,10 +213,13 @@ def hash_files(root: Path, files: list[FileStat], workers: int, *, git_sha1_for:
         next_report = start + interval_s
         while alive := [t for t in threads if t.is_alive()]:
             alive[0].join(timeout=max(0.0, next_report - time.monotonic()))
-            if report is not None and time.monotonic() >= next_report:
-                report(progress_line(sum(done_bytes), total, time.monotonic() - start, sum(done_files),
-                                     len(files)), False)
-                next_report += interval_s
+            if time.monotonic() >= next_report:
+                # Always move the next wake-up on, report or not: a deadline left in the past would make
+                # join(timeout=0) spin here and take the interpreter lock from the hashing threads.
+                if report is not None:
+                    report(progress_line(sum(done_bytes), total, time.monotonic() - start, sum(done_files),
+                                         len(files)), False)
+                next_report = time.monotonic() + interval_s
     except BaseException:
         stop.set()  # Ctrl-C: the workers stop within one buffer
         for thread in threads:

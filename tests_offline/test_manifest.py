@@ -221,6 +221,26 @@ def test_progress_is_reported_while_hashing_and_once_at_the_end(tmp_path):
     assert sum(1 for _, final in lines if final) == 1
 
 
+def test_the_calling_thread_waits_without_spinning_once_the_first_interval_passed(tmp_path):
+    """Without a progress callback the waiting loop must still sleep between wake-ups: a spinning loop holds
+    the interpreter lock the hashing threads need (it once halved hashing runs longer than the interval)."""
+    import time
+
+    root = tmp_path / "big"
+    root.mkdir()
+    block = os.urandom(MIB)
+    for i in range(4):
+        with open(root / f"part-{i}", "wb") as fh:
+            for _ in range(48):
+                fh.write(block)
+    files = walk_checkpoint(detect_layout(root))
+    wall, cpu = time.monotonic(), time.thread_time()
+    hash_files(root, files, 2, report=None, interval_s=0.01, drop_cache=False)
+    wall, cpu = time.monotonic() - wall, time.thread_time() - cpu
+    assert wall > 0.05  # long enough for several intervals to pass
+    assert cpu < 0.25 * wall, f"the calling thread used {cpu:.3f} s of CPU in {wall:.3f} s"
+
+
 def _resident_fraction(path: Path) -> float:
     """Share of the file's pages in the page cache, as the kernel's mincore(2) reports it."""
     libc = ctypes.CDLL(None, use_errno=True)
