@@ -14,6 +14,8 @@ import os
 import threading
 from pathlib import Path
 
+import msgspec
+
 from .adapter_http import is_event_stream, path_of
 from .rundir import open_private_append
 
@@ -82,9 +84,9 @@ class BodyMeter:
                 payload = line[5:].strip()
                 if payload == b"[DONE]":
                     continue
-                try:
-                    obj = json.loads(payload)
-                except ValueError:
+                try:  # msgspec: ~5x faster than json here, and this runs for every event of every stream
+                    obj = msgspec.json.decode(payload)
+                except msgspec.DecodeError:
                     continue
                 if _carries_text(obj):
                     self.first_token_s = self.first_token_s if self.first_token_s is not None else now_s
@@ -102,8 +104,8 @@ class BodyMeter:
         """The body's fields for the transport line (hash, bytes, tokens; stream timing when streamed)."""
         if not self.streamed and self._kept is not None and self.bytes:
             try:
-                self.completion_tokens = _completion_tokens(json.loads(b"".join(self._kept)))
-            except ValueError:
+                self.completion_tokens = _completion_tokens(msgspec.json.decode(b"".join(self._kept)))
+            except msgspec.DecodeError:
                 pass
         out = {"sha256": self.sha256, "bytes": self.bytes, "completion_tokens": self.completion_tokens}
         if self.streamed:
