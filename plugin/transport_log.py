@@ -22,6 +22,7 @@ from .rundir import open_private_append
 TRANSPORT_LABEL = ("transport measurements on the adapter's clock (request head received -> bytes relayed); "
                    "not a model benchmark")
 _KEEP_JSON_BYTES = 4 * 2**20  # non-streamed bodies up to this size are parsed for their usage
+GROUP_COMMIT_S = 0.05  # lines written within this long after one another share one fsync
 
 
 def utc_now_iso() -> str:
@@ -172,8 +173,9 @@ class TransportLog:
     """A 0600 JSONL file of call lines; each line is written whole at once and fsynced soon after.
 
     The line is appended from the caller (one O_APPEND write of a few hundred bytes to the page cache);
-    fsync runs on a helper thread that syncs whatever has accumulated (group commit), so the adapter's
-    event loop never waits for the disk and a burst of calls costs one fsync, not one each.
+    fsync runs on a helper thread that syncs whatever has accumulated over GROUP_COMMIT_S (group commit),
+    so the adapter's event loop never waits for the disk, and a burst of calls costs one fsync and one
+    wake-up of the helper, not one each (each wake-up takes the interpreter lock from the event loop).
     """
 
     def __init__(self, path: Path):
@@ -185,6 +187,7 @@ class TransportLog:
         self.last_error: str | None = None
         self._synced = 0  # lines known to be on disk
         self._wake = threading.Event()
+        self._now = threading.Event()  # flush or close: sync without waiting for the group to fill
         self._done = threading.Condition()
         self._closing = False
         self._syncer = threading.Thread(target=self._sync_loop, name="transport-log-fsync", daemon=True)
@@ -204,7 +207,9 @@ class TransportLog:
     def _sync_loop(self) -> None:
         while True:
             self._wake.wait()
+            self._now.wait(GROUP_COMMIT_S)
             self._wake.clear()
+            self._now.clear()
             written = self.count
             os.fsync(self._fd)
             with self._done:
@@ -216,6 +221,7 @@ class TransportLog:
     def flush(self, timeout_s: float = 10.0) -> None:
         """Return once every line written so far is on disk; raises TimeoutError past timeout_s."""
         target = self.count
+        self._now.set()
         self._wake.set()
         with self._done:
             if not self._done.wait_for(lambda: self._synced >= target, timeout_s):
@@ -224,6 +230,7 @@ class TransportLog:
     def close(self) -> None:
         """Put every line on disk, stop the helper thread, close the file."""
         self._closing = True
+        self._now.set()
         self._wake.set()
         self._syncer.join()
         self._fh.close()
