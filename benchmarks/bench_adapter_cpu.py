@@ -1,0 +1,77 @@
+"""CPU the serve adapter's own process spends per relayed call (one client, against the stub engine).
+
+Latency on a shared 2-vCPU machine moves with the neighbours; the adapter's CPU seconds per call (user +
+system, os.times of its process, transport-log helper thread included) move much less and say where the
+added latency comes from. One stub engine container (network none), one adapter process, one client
+process with a keep-alive connection: 100 warm-up calls, then N timed calls, non-streamed and streamed.
+
+    python benchmarks/bench_adapter_cpu.py [--requests 1500] [--repeat 2]
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import docker  # noqa: E402
+
+import bench_adapter as bench  # noqa: E402
+from tests_offline.stub_serving import stub_serving  # noqa: E402
+
+WARMUP = 100
+
+
+def adapter_process(socket_path: str, conn) -> None:
+    """Child: the adapter; answers each message with its process CPU seconds so far, until "stop"."""
+    from plugin.adapter_thread import AdapterThread
+
+    adapter = AdapterThread(socket_path, bench.KEY, Path(tempfile.mkdtemp()) / "transport.jsonl")
+    conn.send(adapter.port)
+    while True:
+        message = conn.recv()
+        times = os.times()
+        conn.send(times.user + times.system)
+        if message == "stop":
+            break
+    adapter.close(grace_s=0)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=1500)
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+    with stub_serving(docker.from_env(), {}) as stub:
+        for _ in range(args.repeat):
+            parent, child = mp.get_context("spawn").Pipe()
+            proc = mp.get_context("spawn").Process(target=adapter_process, args=(stub.socket_path, child))
+            proc.start()
+            port = parent.recv()
+            cells = []
+            for stream in (False, True):
+                payload = bench.body(stub.model_id, stream)
+                bench.measure(port, payload, stream, WARMUP, 1)
+                parent.send("cpu")
+                before = parent.recv()
+                # measure() makes 50 warm-up calls of its own before the timed ones: all of them are counted.
+                times = bench.measure(port, payload, stream, args.requests, 1)
+                parent.send("cpu")
+                spent = parent.recv() - before
+                per_call_us = spent / (args.requests + 50) * 1e6
+                cells.append(f"{'stream (16 tokens)' if stream else 'whole answer'}: {per_call_us:,.0f} us CPU "
+                             f"per call, p50 {bench.stats(times)['p50_ms']:.3f} ms")
+            parent.send("stop")
+            parent.recv()
+            proc.join(30)
+            print(" | ".join(cells), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
