@@ -188,9 +188,10 @@ def _check_unlisted(root: Path, files: list[str], shards: list[str], index_file:
 def _tensor_rows(weight_map: dict, headers: dict[str, ShardHeader]) -> tuple[list[TensorInfo], dict]:
     """Every header entry against the index: the index must name the same tensors in the same shards.
 
-    Returns the rows (shard by shard, in header order) and the byte/parameter totals; raises Blocked CHECKPOINT_CORRUPT for a
-    tensor the index places elsewhere (or nowhere), CHECKPOINT_INCOMPLETE for one no header holds. Works a
-    shard at a time on columns (C-level map/zip/compress), as a 1 T checkpoint has ~10^5 tensors.
+    Returns the rows (shard by shard, in header order) and the byte/parameter totals; raises Blocked
+    CHECKPOINT_CORRUPT for a tensor the index places elsewhere (or nowhere), CHECKPOINT_INCOMPLETE for one
+    no header holds. Works a shard at a time on columns (C-level map/zip/compress), as a 1 T checkpoint has
+    ~10^5 tensors.
     """
     rows: list[TensorInfo] = []
     stray: list[str] = []

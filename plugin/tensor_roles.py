@@ -69,7 +69,6 @@ def is_packed(name: str, dtype: str) -> bool:
     return dtype in _INTEGER_DTYPES and name.endswith(_PACKED_SUFFIXES)
 
 
-
 def packed_rows(names: list[str], dtype: str) -> list[bool]:
     """is_packed for each of `names`, all of `dtype`: only integer dtypes other than U8 depend on the name."""
     if dtype in _INTEGER_DTYPES and dtype != "U8":
