@@ -4,6 +4,8 @@ Latency on a shared 2-vCPU machine moves with the neighbours; the adapter's CPU 
 system, os.times of its process, transport-log helper thread included) move much less and say where the
 added latency comes from. One stub engine container (network none), one adapter process, one client
 process with a keep-alive connection: 100 warm-up calls, then N timed calls, non-streamed and streamed.
+As an anchor, the round trip of 300 bytes through a bare loopback TCP echo in another process: what the
+extra hop costs before any HTTP or relaying.
 
     python benchmarks/bench_adapter_cpu.py [--requests 1500] [--repeat 2]
 """
@@ -12,8 +14,10 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import socket
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -42,11 +46,43 @@ def adapter_process(socket_path: str, conn) -> None:
     adapter.close(grace_s=0)
 
 
+def echo_server(listener: socket.socket) -> None:
+    """Child: send back whatever arrives on one connection, until it closes."""
+    conn, _ = listener.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while data := conn.recv(65536):
+        conn.sendall(data)
+
+
+def echo_round_trips(n: int = 3000, size: int = 300) -> list[float]:
+    """Seconds per round trip of `size` bytes through a loopback TCP echo in another process."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    proc = mp.get_context("fork").Process(target=echo_server, args=(listener,))
+    proc.start()
+    client = socket.create_connection(listener.getsockname())
+    client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    message, times = b"x" * size, []
+    for _ in range(n):
+        began = time.perf_counter()
+        client.sendall(message)
+        got = 0
+        while got < size:
+            got += len(client.recv(65536))
+        times.append(time.perf_counter() - began)
+    client.close()
+    proc.join(10)
+    listener.close()
+    return times
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=1500)
     parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
+    echo = bench.stats(echo_round_trips())
+    print(f"anchor: loopback TCP echo of 300 bytes, p50 {echo['p50_ms']:.3f} ms, p99 {echo['p99_ms']:.3f} ms",
+          flush=True)
     with stub_serving(docker.from_env(), {}) as stub:
         for _ in range(args.repeat):
             parent, child = mp.get_context("spawn").Pipe()
