@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -63,15 +64,32 @@ def openai_client(connection):
                          timeout=30)
 
 
-def new_entries(window, before: int) -> list[dict]:
-    """Transport lines written since `before` lines (the log is written by its own thread: wait for it)."""
-    window.adapter.log.flush()
-    return read_entries(window.adapter.log.path)[before:]
+def new_entries(window, before: int, expected: int) -> list[dict]:
+    """Transport lines written since `before` lines, once `expected` of them are there (or 10 s passed).
+
+    A call's line is written just after its answer is out, so a client can finish reading the answer
+    before the line lands: wait for it rather than read a moment too early.
+    """
+    deadline = time.monotonic() + 10
+    while True:
+        window.adapter.log.flush()
+        entries = read_entries(window.adapter.log.path)[before:]
+        if len(entries) >= expected or time.monotonic() > deadline:
+            return entries
+        time.sleep(0.01)
 
 
-def log_length(window) -> int:
-    window.adapter.log.flush()
-    return len(read_entries(window.adapter.log.path))
+def log_length(window, idle: bool = True) -> int:
+    """Lines in the transport log once the count held still for 50 ms and, when `idle`, no call is in flight
+    (the line of an earlier test's last call may land just after that test ended)."""
+    last = -1
+    while True:
+        window.adapter.log.flush()
+        count = len(read_entries(window.adapter.log.path))
+        if count == last and (not idle or window.adapter.outstanding == 0):
+            return count
+        last = count
+        time.sleep(0.05)
 
 
 def test_openai_sdk_lists_the_exact_model(openai_client, connection):
@@ -88,7 +106,7 @@ def test_openai_sdk_gets_the_engine_answer_to_the_bytes_it_sent(openai_client, c
     else:
         answer = openai_client.completions.create(model=connection["model"], prompt="Say hi", max_tokens=5)
         text = answer.choices[0].text
-    (entry,) = new_entries(window, before)
+    (entry,) = new_entries(window, before, 1)
     assert DIGEST.search(text).group(1) == entry["request_sha256"]
     assert answer.usage.completion_tokens == entry["completion_tokens"] == 5 and not entry["streamed"]
 
@@ -106,7 +124,7 @@ def test_openai_sdk_streams_chunk_by_chunk(openai_client, connection, window, ki
         stream = openai_client.completions.create(model=connection["model"], prompt="Say hi", max_tokens=12,
                                                   stream=True, stream_options=options)
         pieces = [c.choices[0].text for c in stream if c.choices]
-    (entry,) = new_entries(window, before)
+    (entry,) = new_entries(window, before, 1)
     assert len([p for p in pieces if p]) == 12  # one chunk per token, as the engine sent them
     assert DIGEST.search("".join(pieces)).group(1) == entry["request_sha256"]
     assert entry["streamed"] and entry["completion_tokens"] == 12 and entry["stream_ttft_s"] is not None
@@ -122,12 +140,12 @@ def test_openai_sdk_sees_429_once_and_never_retries(openai_client, connection, w
         t.start()
     while window.adapter.outstanding < 4:
         threading.Event().wait(0.01)
-    before = log_length(window)
+    before = log_length(window, idle=False)  # four streams are held open on purpose
     with pytest.raises(openai.RateLimitError):
         openai_client.completions.create(model=connection["model"], prompt="one too many", max_tokens=2)
     for t in holders:
         t.join(30)
-    refused = [e for e in new_entries(window, before) if e["status"] == 429]
+    refused = [e for e in new_entries(window, before, 5) if e["status"] == 429]  # 4 held streams + 1
     assert len(refused) == 1  # max_retries=0: the SDK sent it once, the adapter answered at once
 
 
@@ -211,7 +229,7 @@ def test_lm_eval_local_completions_runs_a_generation_task_through_the_window(con
     before = log_length(window)
     done = run_lm_eval(connection, tmp_path, settings)
     assert done.returncode == 0, done.stderr[-3000:]
-    calls = new_entries(window, before)
+    calls = new_entries(window, before, 3)
     assert [(e["path"], e["status"]) for e in calls] == [("/v1/completions", 200)] * 3
     answered = {DIGEST.search(text).group(1) for text in json.loads(done.stdout.strip().splitlines()[-1])}
     assert answered == {e["request_sha256"] for e in calls}  # each doc's answer names its exact request bytes
@@ -226,4 +244,4 @@ def test_lm_eval_max_retries_counts_attempts(connection, window, tmp_path, max_r
     before = log_length(window)
     done = run_lm_eval(connection, tmp_path, settings, base_path="/v1/embeddings")  # 501 ADAPTER REQUIRED
     assert done.returncode != 0
-    assert [e["status"] for e in new_entries(window, before)] == [501] * attempts
+    assert [e["status"] for e in new_entries(window, before, attempts)] == [501] * attempts
