@@ -18,16 +18,22 @@ from typing import Annotated, Literal
 
 import msgspec
 
-MAX_COUNT = 2**63 - 1
+from .safetensors_format import DTYPE_BITS, MAX_COUNT, METADATA_KEY
+
 _Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
-_METADATA_FIRST = b'{"__metadata__":'
+# One tensor entry: exactly these three keys (unknown ones refused, missing ones too), checked in C.
+_Entry = msgspec.defstruct("Entry", [("dtype", Literal[tuple(DTYPE_BITS)]), ("shape", list[_Count]),
+                                     ("data_offsets", tuple[_Count, _Count])],
+                           forbid_unknown_fields=True, gc=False)
+_DECODER = msgspec.json.Decoder(dict[str, _Entry])
+_METADATA_FIRST = b'{"%s":' % METADATA_KEY.encode()
 # A metadata object as safetensors writes it: compact, strings only (the text has no backslash).
 _METADATA_VALUE = re.compile(rb'null|\{(?:"[^"]*":"[^"]*"(?:,"[^"]*":"[^"]*")*)?\}')
 _DTYPE, _SHAPE, _OFFSETS = attrgetter("dtype"), attrgetter("shape"), attrgetter("data_offsets")
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
-def check_bulk(raw: bytes, file_bytes: int, dtype_bits: dict[str, int]):
+def check_bulk(raw: bytes, file_bytes: int):
     """((names, dtypes, shapes, starts, ends), metadata) when the header keeps every rule, else None."""
     # No backslash: every string is literal, so the colon count below can prove there is no duplicate key.
     if not raw.startswith(b"{") or b"\\" in raw:
@@ -37,19 +43,19 @@ def check_bulk(raw: bytes, file_bytes: int, dtype_bits: dict[str, int]):
         return None
     body, metadata = split
     try:
-        entries_by_name = _decoder(dtype_bits).decode(body)
+        entries_by_name = _DECODER.decode(body)
     except msgspec.DecodeError:
         return None
-    if not entries_by_name or "__metadata__" in entries_by_name:
+    if not entries_by_name or METADATA_KEY in entries_by_name:
         return None
     names, entries = list(entries_by_name), list(entries_by_name.values())
     dtypes, shapes = list(map(_DTYPE, entries)), list(map(_SHAPE, entries))
     elements = list(map(prod, shapes))
-    bits = list(map(mul, elements, map(dtype_bits.__getitem__, dtypes)))
+    bits = list(map(mul, elements, map(DTYPE_BITS.__getitem__, dtypes)))
     if max(elements) > MAX_COUNT or max(bits) > MAX_COUNT * 8:
         return None
     kinds = set(dtypes)
-    if any(dtype_bits[d] % 8 for d in kinds) and any(map(mod, bits, repeat(8))):
+    if any(DTYPE_BITS[d] % 8 for d in kinds) and any(map(mod, bits, repeat(8))):
         return None  # sub-byte elements that do not fill whole bytes
     offsets = list(map(_OFFSETS, entries))
     starts, ends = list(map(_FIRST, offsets)), list(map(_SECOND, offsets))
@@ -86,16 +92,3 @@ def _split_metadata(raw: bytes) -> tuple[bytes, dict] | None:
         return None
     return b"{" + raw[value.end() + 1:], metadata
 
-
-_decoders: dict[tuple, msgspec.json.Decoder] = {}
-
-
-def _decoder(dtype_bits: dict[str, int]) -> msgspec.json.Decoder:
-    """A decoder of {name: entry} for this dtype table, built once."""
-    key = tuple(dtype_bits)
-    if key not in _decoders:
-        entry = msgspec.defstruct("Entry", [("dtype", Literal[key]), ("shape", list[_Count]),
-                                            ("data_offsets", tuple[_Count, _Count])],
-                                  forbid_unknown_fields=True, gc=False)
-        _decoders[key] = msgspec.json.Decoder(dict[str, entry])
-    return _decoders[key]

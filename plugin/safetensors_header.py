@@ -13,22 +13,10 @@ import struct
 import sys
 from dataclasses import dataclass, field
 
-from .safetensors_bulk import MAX_COUNT, check_bulk
+from .safetensors_bulk import check_bulk
+from .safetensors_format import DTYPE_BITS, MAX_COUNT, MAX_HEADER_BYTES, METADATA_KEY  # noqa: F401 (re-exported)
 from .strict_json import NOT_PROVEN, StrictJSONError, loads as strict_loads, loads_proven
 
-# Bits per element of every dtype the safetensors format names.
-DTYPE_BITS: dict[str, int] = {
-    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
-    "BOOL": 8, "U8": 8, "I8": 8,
-    "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8,
-    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
-    "I32": 32, "U32": 32, "F32": 32,
-    "I64": 64, "U64": 64, "F64": 64, "C64": 64,
-}
-
-# The format's own limit on the JSON header (safetensors refuses larger ones too).
-MAX_HEADER_BYTES = 100_000_000
-METADATA_KEY = "__metadata__"
 _ENTRY_KEYS = frozenset(("dtype", "shape", "data_offsets"))
 _LENGTH = struct.Struct("<Q")
 
@@ -109,7 +97,7 @@ def read_header(path, shard: str | None = None) -> ShardHeader:
 
 def parse_header(raw: bytes, file_bytes: int, shard: str) -> ShardHeader:
     """Check the header bytes of a `file_bytes`-long shard against every rule; raises HeaderError."""
-    checked = check_bulk(raw, file_bytes, DTYPE_BITS)
+    checked = check_bulk(raw, file_bytes)
     if checked is not None:
         columns, metadata = checked
         return ShardHeader(*columns, metadata, len(raw), file_bytes)

@@ -17,7 +17,7 @@ import safetensors.numpy
 
 from plugin import strict_json
 from plugin.safetensors_bulk import check_bulk
-from plugin.safetensors_header import DTYPE_BITS, HeaderError, parse_header, parse_header_by_entry
+from plugin.safetensors_header import HeaderError, parse_header, parse_header_by_entry
 from tests_offline.synth import header_prefix
 
 TENSORS = {"model.layers.0.mlp.experts.0.w1.weight": ("F8_E4M3", [4, 8]),
@@ -33,7 +33,7 @@ def _header(tensors=TENSORS, metadata=None) -> tuple[bytes, int]:
 
 def _agree(raw: bytes, file_bytes: int) -> str:
     """Asserts the fast reader answers as the reference or declines; says which it did."""
-    fast = check_bulk(raw, file_bytes, DTYPE_BITS)
+    fast = check_bulk(raw, file_bytes)
     try:
         reference = parse_header_by_entry(raw, file_bytes, "s")
     except HeaderError:
@@ -80,7 +80,7 @@ def test_files_the_package_writes_take_the_fast_path(tmp_path):
 def test_what_breaks_a_rule_is_never_taken_fast(raw, why):
     with pytest.raises(HeaderError):
         parse_header_by_entry(raw, 8 + len(raw) + 4, "s")
-    assert check_bulk(raw, 8 + len(raw) + 4, DTYPE_BITS) is None, why
+    assert check_bulk(raw, 8 + len(raw) + 4) is None, why
 
 
 @pytest.mark.parametrize("raw", [
@@ -89,7 +89,7 @@ def test_what_breaks_a_rule_is_never_taken_fast(raw, why):
     b'{"a\\u003ab":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',  # an escape
 ])
 def test_unusual_but_valid_headers_are_read_by_the_reference(raw):
-    assert check_bulk(raw, 8 + len(raw) + 4, DTYPE_BITS) is None
+    assert check_bulk(raw, 8 + len(raw) + 4) is None
     assert parse_header(raw, 8 + len(raw) + 4, "s") == parse_header_by_entry(raw, 8 + len(raw) + 4, "s")
 
 
