@@ -1,7 +1,8 @@
 """Pure: what the serve adapter decides about one HTTP request, and the headers it passes on.
 
-No sockets here: the checks take the parsed request head (h11's lower-cased header names) and return a
-`Reject` or None, so every rule is unit-tested without a server.
+No sockets here: the checks take the parsed request head (header names lower-cased, values stripped) and
+return a `Reject` or None, so every rule is unit-tested without a server; the framing helpers build the
+exact bytes of a head or a chunk.
 """
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ MAX_OUTSTANDING = 4  # proxied calls at once; the next one gets 429
 # RFC 9110 7.6.1 connection-specific fields (plus the old proxy ones): they describe one hop, never both.
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"te",
                         b"trailer", b"upgrade", b"proxy-authenticate", b"proxy-authorization"})
-# Consumed by the adapter itself: the key is ours, the Host names our port, the length is re-stated by h11
-# for the exact bytes forwarded, Expect is answered here.
+# Consumed by the adapter itself: the key is ours, the Host names our port, the length is re-stated for
+# the exact bytes forwarded, Expect is answered here.
 CONSUMED = frozenset({b"authorization", b"host", b"content-length", b"expect"})
 
 Headers = list[tuple[bytes, bytes]]
@@ -149,7 +150,7 @@ def upstream_headers(headers: Headers, body_bytes: int | None) -> Headers:
 
 
 def client_headers(headers: Headers) -> Headers:
-    """Engine response headers to send to the client: end-to-end ones only (h11 re-frames the body).
+    """Engine response headers to send to the client: end-to-end ones only (the adapter re-frames the body).
 
     Content-Length is kept when the engine stated one (the body is relayed unchanged, so it stays true);
     a chunked engine response is re-chunked to the client chunk by chunk.
@@ -163,11 +164,34 @@ def is_event_stream(headers: Headers) -> bool:
                for v in header_values(headers, b"content-type"))
 
 
-def bare_error(status: int, body: bytes) -> bytes:
-    """A complete error response written without h11 (for a connection whose request never parsed)."""
+def reason_phrase(status: int) -> bytes:
     try:
-        reason = HTTPStatus(status).phrase
+        return HTTPStatus(status).phrase.encode()
     except ValueError:
-        reason = "Error"
-    return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
-            "connection: close\r\n\r\n").encode() + body
+        return b"Error"
+
+
+def request_head(method: bytes, target: bytes, headers: Headers) -> bytes:
+    """An HTTP/1.1 request head (the values were validated by the parser they came from)."""
+    return b"%s %s HTTP/1.1\r\n%s\r\n" % (method, target, b"".join(b"%s: %s\r\n" % h for h in headers))
+
+
+def response_head(status: int, reason: bytes, headers: Headers) -> bytes:
+    return b"HTTP/1.1 %d %s\r\n%s\r\n" % (status, reason or reason_phrase(status),
+                                          b"".join(b"%s: %s\r\n" % h for h in headers))
+
+
+def chunk(data: bytes) -> bytes:
+    """One chunk of a chunked body (never empty: an empty chunk would end the body)."""
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+LAST_CHUNK = b"0\r\n\r\n"
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+def error_response(status: int, body: bytes, head_only: bool = False) -> bytes:
+    """A complete JSON error answer with `Connection: close` (its head only, for a HEAD request)."""
+    head = response_head(status, b"", [(b"content-type", b"application/json"),
+                                        (b"content-length", str(len(body)).encode()), (b"connection", b"close")])
+    return head if head_only else head + body

@@ -76,26 +76,32 @@ class BodyMeter:
                 self._kept = None
 
     def _feed_sse(self, chunk: bytes, now_s: float) -> None:
-        self._pending += chunk.replace(b"\r\n", b"\n")
-        *events, self._pending = self._pending.split(b"\n\n")
-        for event in events:
-            for line in event.split(b"\n"):
-                if not line.startswith(b"data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    continue
-                try:  # msgspec: ~5x faster than json here, and this runs for every event of every stream
-                    obj = msgspec.json.decode(payload)
-                except msgspec.DecodeError:
-                    continue
-                if _carries_text(obj):
-                    self.first_token_s = self.first_token_s if self.first_token_s is not None else now_s
-                    self.last_token_s = now_s
-                    self.text_events += 1
-                tokens = _completion_tokens(obj)
-                if tokens is not None:
-                    self.completion_tokens = tokens
+        """Read the events completed by this chunk (all lines before the last blank line); keep the rest."""
+        data = self._pending + chunk if self._pending else chunk
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n")
+        end = data.rfind(b"\n\n")
+        if end < 0:
+            self._pending = data
+            return
+        self._pending = data[end + 2:]
+        for line in data[:end].split(b"\n"):
+            if line[:5] != b"data:":
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                continue
+            try:  # msgspec: ~5x faster than json here, and this runs for every event of every stream
+                obj = msgspec.json.decode(payload)
+            except msgspec.DecodeError:
+                continue
+            if _carries_text(obj):
+                self.first_token_s = self.first_token_s if self.first_token_s is not None else now_s
+                self.last_token_s = now_s
+                self.text_events += 1
+            tokens = _completion_tokens(obj)
+            if tokens is not None:
+                self.completion_tokens = tokens
 
     @property
     def sha256(self) -> str:
@@ -196,7 +202,7 @@ class TransportLog:
     def record(self, entry: dict) -> None:
         """Append one line now; it is on disk soon after (before `flush`/`close` return at the latest)."""
         try:
-            os.write(self._fd, (json.dumps(entry, separators=(",", ":"), default=str) + "\n").encode())
+            os.write(self._fd, msgspec.json.encode(entry, enc_hook=str) + b"\n")
         except OSError as exc:  # e.g. a full disk: counted and reported, the call itself is not failed
             self.lost += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
