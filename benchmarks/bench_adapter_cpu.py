@@ -40,7 +40,7 @@ def adapter_process(socket_path: str, conn) -> None:
     while True:
         message = conn.recv()
         times = os.times()
-        conn.send(times.user + times.system)
+        conn.send((times.user, times.system))
         if message == "stop":
             break
     adapter.close(grace_s=0)
@@ -98,10 +98,12 @@ def main() -> int:
                 # measure() makes 50 warm-up calls of its own before the timed ones: all of them are counted.
                 times = bench.measure(port, payload, stream, args.requests, 1)
                 parent.send("cpu")
-                spent = parent.recv() - before
-                per_call_us = spent / (args.requests + 50) * 1e6
-                cells.append(f"{'stream (16 tokens)' if stream else 'whole answer'}: {per_call_us:,.0f} us CPU "
-                             f"per call, p50 {bench.stats(times)['p50_ms']:.3f} ms")
+                after = parent.recv()
+                calls = args.requests + 50
+                user_us, system_us = ((a - b) / calls * 1e6 for a, b in zip(after, before))
+                cells.append(f"{'stream (16 tokens)' if stream else 'whole answer'}: {user_us + system_us:,.0f} us CPU "
+                             f"per call ({user_us:,.0f} user + {system_us:,.0f} system), "
+                             f"p50 {bench.stats(times)['p50_ms']:.3f} ms")
             parent.send("stop")
             parent.recv()
             proc.join(30)
