@@ -12,6 +12,7 @@ import json
 import math
 import os
 import threading
+import time
 from pathlib import Path
 
 import msgspec
@@ -25,8 +26,8 @@ _KEEP_JSON_BYTES = 4 * 2**20  # non-streamed bodies up to this size are parsed f
 GROUP_COMMIT_S = 0.05  # lines written within this long after one another share one fsync
 
 
-def utc_now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+def utc_iso(epoch_s: float) -> str:
+    return _dt.datetime.fromtimestamp(epoch_s, _dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _completion_tokens(obj) -> int | None:
@@ -136,7 +137,7 @@ class CallRecord:
 
     def __init__(self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], started_s: float,
                  forwarded: bool = True):
-        self.time = utc_now_iso()
+        self.epoch_s = time.time()  # formatted when the line is written, after the answer is out
         self.started_s = started_s
         self.method, self.target, self.headers = method, target, headers
         self.forwarded = forwarded
@@ -161,7 +162,7 @@ class CallRecord:
     def entry(self, now_s: float) -> dict:
         req, resp = self.request.finish(), self.response.finish()
         line = {
-            "time": self.time, "method": self.method.decode("latin-1") or None,
+            "time": utc_iso(self.epoch_s), "method": self.method.decode("latin-1") or None,
             "path": path_of(self.target).decode("latin-1") or None, "status": self.status,
             "forwarded": self.forwarded and self.adapter_error is None, "adapter_error": self.adapter_error,
             "outcome": self.outcome, "request_sha256": req["sha256"], "request_bytes": req["bytes"],
