@@ -6,12 +6,13 @@ Against one stub engine container (no delays) on the local Docker engine:
   * anchor   - the earlier kit's way: one `docker exec` of a Python client inside the container per request
                (through the Docker SDK's exec API, which is what the CLI calls).
 Non-streamed: time to the whole answer. Streamed: time to the first SSE chunk. 1 and 4 concurrent
-clients (4 client processes, so clients do not share one interpreter lock with each other). The stub has
+clients (4 client processes, so clients do not share one interpreter lock with each other). Direct and
+adapter calls alternate in blocks, so the shared machine's changing load falls on both. The stub has
 no delays; a last pair of rows paces its streams (STUB_TOKEN_DELAY_S) so that other clients' streams do
 not keep the adapter busy back to back, as a model's token rate would not.
 
     python benchmarks/bench_adapter.py [--requests 2000] [--anchor-requests 40] [--paced-requests 400]
-                                       [--json out.json]
+                                       [--blocks 4] [--json out.json]
 """
 from __future__ import annotations
 
@@ -100,6 +101,17 @@ def measure(target, payload: bytes, stream: bool, total: int, clients: int) -> l
     return [t for part in parts for t in part]
 
 
+def interleaved(paths: dict, payload: bytes, stream: bool, total: int, clients: int, blocks: int) -> dict:
+    """Calls per path, measured in alternating blocks (the order flips every block), so that a change in
+    the shared machine's load between two moments falls on both paths alike."""
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    for block in range(blocks):
+        order = list(paths) if block % 2 == 0 else list(reversed(paths))
+        for name in order:
+            times[name] += measure(paths[name], payload, stream, total // blocks, clients)
+    return times
+
+
 def run_adapter(socket_path: str, log_dir: str, conn) -> None:
     """Child process: the adapter, until the parent says stop."""
     from plugin.adapter_thread import AdapterThread
@@ -136,6 +148,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=2000, help="timed calls per configuration")
     parser.add_argument("--anchor-requests", type=int, default=40, help="timed docker exec calls per mode")
     parser.add_argument("--paced-requests", type=int, default=400, help="timed calls per paced-stream configuration")
+    parser.add_argument("--blocks", type=int, default=4, help="alternating blocks per direct/adapter pair")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     client = docker.from_env()
@@ -156,9 +169,10 @@ def main() -> int:
                     payload = body(stub.model_id, stream, max_tokens=16 if not label else 4)
                     n = args.requests if not label else args.paced_requests
                     for clients in (1, 4):
-                        for name, target in (("direct", stub.socket_path), ("adapter", port)):
-                            row = {"mode": mode, "clients": clients, "path": name,
-                                   **stats(measure(target, payload, stream, n, clients))}
+                        paths = {"direct": stub.socket_path, "adapter": port}
+                        times = interleaved(paths, payload, stream, n, clients, args.blocks)
+                        for name in paths:
+                            row = {"mode": mode, "clients": clients, "path": name, **stats(times[name])}
                             results["rows"].append(row)
                             print(json.dumps(row), flush=True)
                     if label:
