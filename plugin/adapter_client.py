@@ -61,7 +61,7 @@ class ClientConnection(asyncio.Protocol):
         self._parser = httptools.HttpRequestParser(self)
         self._requests: deque[_Request] = deque()  # parsed or being parsed, oldest first
         self._head_bytes = 0
-        self._bad_input: str | None = None  # malformed bytes that arrived behind a running call
+        self._bad_input: str | None = None  # why the input cannot be read on (answered once no call runs)
         self.call: CallRecord | None = None  # the call holding one of the adapter's slots
         self._request: _Request | None = None  # that call's request
         self._engine: EngineConnection | None = None

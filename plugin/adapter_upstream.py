@@ -62,6 +62,7 @@ class EngineConnection(asyncio.Protocol):
     def send(self, listener: EngineListener, data: bytes) -> None:
         """Start a call: write the request; the answer goes to `listener` as it arrives."""
         self.listener, self.complete, self.keep_alive = listener, False, False
+        self._head_done, self._head_bytes = False, 0
         self.transport.write(data)
 
     def detach(self) -> None:
@@ -109,6 +110,8 @@ class EngineConnection(asyncio.Protocol):
     # -- httptools callbacks
 
     def on_message_begin(self) -> None:
+        if self.complete:  # one request, one answer: anything after it is not ours to relay
+            self.broken = self.broken or "the engine sent bytes after its answer"
         self._reason, self._headers, self._head_done, self._framed = b"", [], False, False
 
     def on_status(self, reason: bytes) -> None:
@@ -119,6 +122,8 @@ class EngineConnection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._head_done, self._head_bytes = True, 0
+        if self.broken is not None:
+            return
         status = self._parser.get_status_code()
         if status < 200:
             self.broken = f"unexpected informational answer {status}"
