@@ -10,28 +10,10 @@ import socket
 import tempfile
 import threading
 
-import pytest
-
-from plugin.adapter import AdapterLimits
 from plugin.adapter_thread import AdapterThread
 from plugin.transport_log import read_entries
-from tests_offline.fake_engine import KEY, FakeEngine, raw_exchange
-
-LIMITS = AdapterLimits(header_timeout_s=1, idle_timeout_s=5, body_timeout_s=1, upstream_timeout_s=5)
-
-
-@pytest.fixture
-def engine():
-    fake = FakeEngine(chunks=3)
-    yield fake
-    fake.close()
-
-
-@pytest.fixture
-def adapter(engine, tmp_path):
-    running = AdapterThread(engine.socket_path, KEY, tmp_path / "transport.jsonl", LIMITS)
-    yield running
-    running.close(grace_s=0)
+from tests_offline.fake_engine import KEY, raw_exchange
+from tests_offline.test_adapter import LIMITS, adapter, engine  # noqa: F401  (shared fixtures)
 
 
 def head(port: int, method: str, path: str, version: str = "1.1", extra: str = "") -> bytes:
