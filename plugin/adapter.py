@@ -28,7 +28,7 @@ class AdapterLimits:
     idle_timeout_s: float = 75.0  # a kept-alive connection with no request started
     body_timeout_s: float = 30.0  # longest pause between two pieces of a request body
     connect_timeout_s: float = 10.0  # reaching the engine's socket
-    upstream_timeout_s: float = 600.0  # longest pause in the engine's answer (the request timeout)
+    upstream_timeout_s: float = 600.0  # longest pause in the engine's answer, or in a client's reading of it
     max_connections: int = 256  # open client connections; more are answered 503 and closed
 
 

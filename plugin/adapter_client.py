@@ -74,6 +74,8 @@ class ClientConnection(asyncio.Protocol):
         self._keep_alive = True
         self._ended = False  # answered with an error or closed: what the client sends is dropped
         self._paused = False
+        self._client_full = False  # the client's write buffer is full: the engine is not being read
+        self._client_buffered = 0  # its size when last looked at (a shrinking buffer is a client reading)
         self._timer: asyncio.TimerHandle | None = None
         self._deadline_kind: str | None = None
         self._deadline = 0.0
@@ -124,10 +126,14 @@ class ClientConnection(asyncio.Protocol):
         self.adapter.release_connection(self)
 
     def pause_writing(self) -> None:  # the client reads slower than the engine answers: slow the engine down
+        self._client_full = True
+        self._client_buffered = self.transport.get_write_buffer_size()
         if self._engine is not None and not self._engine.lost:
             self._engine.transport.pause_reading()
 
     def resume_writing(self) -> None:
+        self._client_full = False
+        self._progress = self.loop.time()  # the client read: the answer moves again
         if self._engine is not None and not self._engine.lost:
             self._engine.transport.resume_reading()
 
@@ -428,7 +434,12 @@ class ClientConnection(asyncio.Protocol):
             due = max(self._deadline, self._progress + limit)
         else:
             due = self._deadline
-        if self.loop.time() < due:
+        now = self.loop.time()
+        if kind == _ENGINE and self._client_full and now >= due:
+            buffered = self.transport.get_write_buffer_size()
+            if buffered < self._client_buffered:  # a slow client, still reading: not a stall
+                self._client_buffered, self._progress, due = buffered, now, now + self.limits.upstream_timeout_s
+        if now < due:
             self._timer = self.loop.call_at(due, self._on_timer)
             return
         self._deadline_kind = None
@@ -445,5 +456,9 @@ class ClientConnection(asyncio.Protocol):
                 self.close()
         elif kind == _BODY and self.call is not None:
             self._fail(rules.Reject(408, "body_timeout", f"request body stalled for {self.limits.body_timeout_s:g} s"))
+        elif kind == _ENGINE and self.call is not None and self._client_full:
+            self.call.outcome = f"cut: the client read nothing for {self.limits.upstream_timeout_s:g} s"
+            self._end_call(reusable=False)
+            self.close()
         elif kind == _ENGINE and self.call is not None:
             self.engine_broken(f"no progress from the engine for {self.limits.upstream_timeout_s:g} s", status=504)

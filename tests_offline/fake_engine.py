@@ -3,7 +3,7 @@
 It runs its own event loop thread, like a separate process would, and counts what reaches it (requests,
 calls in flight, the most in flight at once, the SHA-256 of every body, the headers it saw), so tests of
 the adapter check what the engine really received. Knobs are plain attributes: token_delay_s,
-response_delay_s, chunks, mode ("ok", "die_mid_stream", "close_silently").
+response_delay_s, chunks, chunk_pad, mode ("ok", "die_mid_stream", "close_silently").
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ class FakeEngine:
         self.socket_path = str(self.dir / "engine.sock")
         self.chunks, self.token_delay_s, self.response_delay_s = chunks, token_delay_s, response_delay_s
         self.mode = "ok"
+        self.chunk_pad = 0  # spaces added to every streamed token after the first (large answers)
         self.health_status = 200
         self.chunks_sent = 0
         self.requests = 0
@@ -139,7 +140,7 @@ class FakeEngine:
                 if self.mode == "die_mid_stream" and i == 2:
                     writer.transport.abort()
                     return
-                text = f"sha256:{digest}" if i == 0 else f" t{i}"
+                text = f"sha256:{digest}" if i == 0 else f" t{i}" + " " * self.chunk_pad
                 choice = ({"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text})
                 writer.write(conn.send(h11.Data(data=b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n")))
                 await writer.drain()

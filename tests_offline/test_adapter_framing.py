@@ -9,7 +9,9 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 
+from plugin.adapter import AdapterLimits
 from plugin.adapter_thread import AdapterThread
 from plugin.transport_log import read_entries
 from tests_offline.fake_engine import KEY, raw_exchange
@@ -130,3 +132,39 @@ def test_engine_answer_without_framing_is_complete_when_the_engine_closes(tmp_pa
         thread.join(10)
         loop.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_client_that_stops_reading_stalls_the_engine_instead_of_filling_memory(adapter, engine):
+    """Flow control: past the adapter's write buffer it stops reading the engine, so the engine blocks."""
+    engine.chunks, engine.chunk_pad = 2000, 12_000  # 24 MB: far more than the sockets on the way buffer (~4 MiB)
+    body = json.dumps({"model": "fake-org/fake-model", "prompt": "p", "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", adapter.port)) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # no room for the answer on its side
+        sock.sendall(post(adapter.port, "/v1/completions", body, extra="Connection: close\r\n"))
+        seen, deadline = -1, time.monotonic() + 30
+        while engine.chunks_sent != seen and engine.chunks_sent < engine.chunks and time.monotonic() < deadline:
+            seen = engine.chunks_sent
+            time.sleep(0.5)
+        assert 0 < engine.chunks_sent < engine.chunks  # stalled, not finished, while nobody reads
+        sock.settimeout(30)
+        answer = b"".join(iter(lambda: sock.recv(65536), b""))
+    assert answer.count(b"data: ") == engine.chunks + 1 and answer.endswith(b"0\r\n\r\n")
+
+
+def test_a_client_that_reads_nothing_for_the_timeout_is_cut_and_frees_its_slot(engine, tmp_path):
+    engine.chunks, engine.chunk_pad = 2000, 12_000
+    limits = AdapterLimits(upstream_timeout_s=0.5)
+    body = json.dumps({"model": "fake-org/fake-model", "prompt": "p", "stream": True}).encode()
+    with AdapterThread(engine.socket_path, KEY, tmp_path / "t.jsonl", limits) as running:
+        with socket.create_connection(("127.0.0.1", running.port)) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            sock.sendall(post(running.port, "/v1/completions", body))
+            deadline = time.monotonic() + 10
+            while not engine.chunks_sent and time.monotonic() < deadline:  # the call is under way
+                time.sleep(0.01)
+            while running.outstanding and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert engine.chunks_sent and running.outstanding == 0 and engine.chunks_sent < engine.chunks
+        running.log.flush()
+        [entry] = read_entries(tmp_path / "t.jsonl")
+    assert entry["outcome"] == "cut: the client read nothing for 0.5 s" and entry["status"] == 200
