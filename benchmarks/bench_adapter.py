@@ -7,7 +7,9 @@ Against one stub engine container (no delays) on the local Docker engine:
                (through the Docker SDK's exec API, which is what the CLI calls).
 Non-streamed: time to the whole answer. Streamed: time to the first SSE chunk. 1 and 4 concurrent
 clients (4 client processes, so clients do not share one interpreter lock with each other). Direct and
-adapter calls alternate in blocks, so the shared machine's changing load falls on both. The stub has
+adapter calls alternate in blocks, so the shared machine's changing load falls on both. For 4 clients,
+each row also gives how busy the machine's CPUs were during its timed calls (/proc/stat) and how much of
+one vCPU the adapter process used meanwhile. The stub has
 no delays; a last pair of rows paces its streams (STUB_TOKEN_DELAY_S) so that other clients' streams do
 not keep the adapter busy back to back, as a model's token rate would not.
 
@@ -31,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import docker  # noqa: E402
+import psutil  # noqa: E402
 
 from plugin.transport_log import percentile  # noqa: E402
 from plugin.uds_http import UnixHTTPConnection  # noqa: E402
@@ -92,24 +95,58 @@ def client_loop(target, payload: bytes, stream: bool, n: int, warmup: int, start
     return times
 
 
-def measure(target, payload: bytes, stream: bool, total: int, clients: int) -> list[float]:
+def machine_cpu_ticks() -> tuple[int, int]:
+    """(all, idle + iowait) CPU ticks of the machine so far, from /proc/stat."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return sum(ticks), ticks[3] + ticks[4]
+
+
+def cpu_snapshot(pid: int) -> tuple[tuple[int, int], float, float]:
+    """The machine's CPU ticks, a process's CPU seconds (user + system) and the wall clock, now."""
+    return machine_cpu_ticks(), sum(psutil.Process(pid).cpu_times()[:2]), time.time()
+
+
+def measure(target, payload: bytes, stream: bool, total: int, clients: int, usage: dict | None = None) -> list[float]:
+    """Timed calls; with `usage`, adds to it the machine's busy and idle ticks and the adapter process's CPU
+    seconds (usage["pid"]) from the moment the clients start their timed calls to the last one's end."""
     if clients == 1:
         return client_loop(target, payload, stream, total, 50, 0)
     with mp.get_context("fork").Pool(clients) as pool:
         start_at = time.time() + 0.5
-        parts = pool.starmap(client_loop, [(target, payload, stream, total // clients, 50, start_at)] * clients)
+        parts = pool.starmap_async(client_loop, [(target, payload, stream, total // clients, 50, start_at)] * clients)
+        if usage is not None:
+            time.sleep(max(0.0, start_at - time.time()))
+            before = cpu_snapshot(usage["pid"])
+        parts = parts.get()
+        if usage is not None:
+            ((all0, idle0), cpu0, wall0), ((all1, idle1), cpu1, wall1) = before, cpu_snapshot(usage["pid"])
+            usage["ticks"] = usage.get("ticks", 0) + all1 - all0
+            usage["idle"] = usage.get("idle", 0) + idle1 - idle0
+            usage["adapter_s"] = usage.get("adapter_s", 0) + cpu1 - cpu0
+            usage["wall_s"] = usage.get("wall_s", 0) + wall1 - wall0
     return [t for part in parts for t in part]
 
 
-def interleaved(paths: dict, payload: bytes, stream: bool, total: int, clients: int, blocks: int) -> dict:
+def usage_fields(usage: dict) -> dict:
+    """The row's share of the machine that was busy, and of one vCPU the adapter process used (in %)."""
+    if not usage.get("ticks"):
+        return {}
+    return {"machine_busy_pct": round(100 * (1 - usage["idle"] / usage["ticks"]), 1),
+            "adapter_process_pct": round(100 * usage["adapter_s"] / usage["wall_s"], 1)}
+
+
+def interleaved(paths: dict, payload: bytes, stream: bool, total: int, clients: int, blocks: int,
+                adapter_pid: int) -> tuple[dict, dict]:
     """Calls per path, measured in alternating blocks (the order flips every block), so that a change in
-    the shared machine's load between two moments falls on both paths alike."""
+    the shared machine's load between two moments falls on both paths alike; and each path's CPU use."""
     times: dict[str, list[float]] = {name: [] for name in paths}
+    usage: dict[str, dict] = {name: {"pid": adapter_pid} for name in paths}
     for block in range(blocks):
         order = list(paths) if block % 2 == 0 else list(reversed(paths))
         for name in order:
-            times[name] += measure(paths[name], payload, stream, total // blocks, clients)
-    return times
+            times[name] += measure(paths[name], payload, stream, total // blocks, clients, usage[name])
+    return times, {name: usage_fields(u) for name, u in usage.items()}
 
 
 def run_adapter(socket_path: str, log_dir: str, conn) -> None:
@@ -170,9 +207,10 @@ def main() -> int:
                     n = args.requests if not label else args.paced_requests
                     for clients in (1, 4):
                         paths = {"direct": stub.socket_path, "adapter": port}
-                        times = interleaved(paths, payload, stream, n, clients, args.blocks)
+                        times, usage = interleaved(paths, payload, stream, n, clients, args.blocks, proc.pid)
                         for name in paths:
-                            row = {"mode": mode, "clients": clients, "path": name, **stats(times[name])}
+                            row = {"mode": mode, "clients": clients, "path": name, **stats(times[name]),
+                                   **usage[name]}
                             results["rows"].append(row)
                             print(json.dumps(row), flush=True)
                     if label:
@@ -192,15 +230,17 @@ def main() -> int:
 
 def markdown(results: dict) -> str:
     rows = results["rows"]
-    out = ["| mode | clients | path | n | p50 ms | p99 ms | added p50 ms | added p99 ms |",
-           "|---|---:|---|---:|---:|---:|---:|---:|"]
+    out = ["| mode | clients | path | n | p50 ms | p99 ms | added p50 ms | added p99 ms | machine busy % "
+           "| adapter process % of one vCPU |",
+           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         base = next((d for d in rows if d["path"] == "direct" and d["mode"] == r["mode"]
                      and d["clients"] == r["clients"]), None)
         added = (f"{r['p50_ms'] - base['p50_ms']:.3f} | {r['p99_ms'] - base['p99_ms']:.3f}"
                  if base and r is not base else "- | -")
         out.append(f"| {r['mode']} | {r['clients']} | {r['path']} | {r['n']} | {r['p50_ms']:.3f} | "
-                   f"{r['p99_ms']:.3f} | {added} |")
+                   f"{r['p99_ms']:.3f} | {added} | {r.get('machine_busy_pct', '-')} | "
+                   f"{r.get('adapter_process_pct', '-')} |")
     return "\n".join(out)
 
 
