@@ -153,7 +153,7 @@ def client_headers(headers: Headers) -> Headers:
     """Engine response headers to send to the client: end-to-end ones only (the adapter re-frames the body).
 
     Content-Length is kept when the engine stated one (the body is relayed unchanged, so it stays true);
-    a chunked engine response is re-chunked to the client chunk by chunk.
+    a chunked engine response is re-chunked to the client, one chunk per engine read.
     """
     drop = HOP_BY_HOP | _connection_named(headers)
     return [(k, v) for k, v in headers if k not in drop]
