@@ -1,24 +1,21 @@
 """One client connection of the serve adapter: parse its requests, check them, relay the engine's answers.
 
-Requests are parsed with httptools (llhttp); the connection is an asyncio Protocol, so relaying costs one
-callback per read on each side and no task, future or stream object per call. Calls on one connection run
-one after another (keep-alive); a pipelined request waits, and reading pauses behind it, until the call
+Requests come from a RequestReader (httptools); the connection is an asyncio Protocol, so relaying costs
+one callback per read on each side and no task, future or stream object per call. Calls on one connection
+run one after another (keep-alive); a pipelined request waits, and reading pauses behind it, until the call
 before it is answered. While a call runs, the connection keeps reading: a client that leaves frees its slot
-at once and the engine's connection is closed, which stops the engine's work.
-
-One timer per connection: a deadline is moved by writing it down, and the timer, when it fires, re-arms
-itself for a deadline that moved later (a body or an engine answer making progress costs no timer call).
+at once and the engine's connection is closed, which stops the engine's work. One Deadline per connection
+times it out.
 """
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from typing import TYPE_CHECKING
 
-import httptools
-
 from . import adapter_http as rules
+from .adapter_deadline import Deadline
+from .adapter_requests import HEAD_TOO_LARGE, Request, RequestReader
 from .adapter_upstream import EngineConnection
 from .transport_log import CallRecord
 
@@ -26,29 +23,10 @@ if TYPE_CHECKING:
     from .adapter import Adapter
 
 LINGER_S = 2.0  # after an error answer, read and drop what the client still sends, so it sees the answer
-MAX_HEAD_BYTES = 64 * 1024  # a request head past this gets 431
 _VERSIONS = (b"1.1", b"1.0")
 
 # What the connection's one deadline is for.
 _IDLE, _HEAD, _BODY, _ENGINE, _LINGER = "idle", "head", "body", "engine", "linger"
-
-
-class _Request:
-    """One request as parsed so far."""
-
-    __slots__ = ("target", "headers", "method", "version", "keep_alive", "head_done", "complete", "body",
-                 "body_bytes", "started")
-
-    def __init__(self) -> None:
-        self.target = b""
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.method = b""
-        self.version = b"1.1"
-        self.keep_alive = True
-        self.head_done = self.complete = False
-        self.body: list[bytes] = []
-        self.body_bytes = 0
-        self.started = 0.0  # when its head was complete: the transport log's clock starts here
 
 
 class ClientConnection(asyncio.Protocol):
@@ -58,12 +36,10 @@ class ClientConnection(asyncio.Protocol):
         self.adapter, self.limits = adapter, adapter.limits
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
-        self._parser = httptools.HttpRequestParser(self)
-        self._requests: deque[_Request] = deque()  # parsed or being parsed, oldest first
-        self._head_bytes = 0
-        self._bad_input: str | None = None  # why the input cannot be read on (answered once no call runs)
+        self._reader = RequestReader(self.limits.max_body_bytes)
+        self._requests = self._reader.requests  # parsed or being parsed, oldest first
         self.call: CallRecord | None = None  # the call holding one of the adapter's slots
-        self._request: _Request | None = None  # that call's request
+        self._request: Request | None = None  # that call's request
         self._engine: EngineConnection | None = None
         self._connecting: asyncio.Task | None = None
         self._head: bytes | None = None  # the answer's head, until it is written
@@ -76,10 +52,7 @@ class ClientConnection(asyncio.Protocol):
         self._paused = False
         self._client_full = False  # the client's write buffer is full: the engine is not being read
         self._client_buffered = 0  # its size when last looked at (a shrinking buffer is a client reading)
-        self._timer: asyncio.TimerHandle | None = None
-        self._deadline_kind: str | None = None
-        self._deadline = 0.0
-        self._progress = 0.0  # the last piece of a request body or an engine answer (loop time)
+        self._deadline = Deadline(self.loop, self._expired)
 
     # -- asyncio.Protocol
 
@@ -91,26 +64,22 @@ class ClientConnection(asyncio.Protocol):
             self._ended = True
             transport.close()
             return
-        self._set_deadline(_IDLE, self.limits.idle_timeout_s)
+        self._deadline.set(_IDLE, self.limits.idle_timeout_s)
 
     def data_received(self, data: bytes) -> None:
         if self._ended:
             return
-        if not self._requests or not self._requests[-1].head_done:
-            if not self._head_bytes and self.call is None:  # the first bytes of a head: its timeout runs
-                self._set_deadline(_HEAD, self.limits.header_timeout_s)
-            self._head_bytes += len(data)
-        elif self.call is not None and self._engine is None and self._connecting is None:
-            self._progress = self.loop.time()  # a piece of the request body
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._bad_input = "protocol upgrades are not supported"
-        except httptools.HttpParserError as exc:
-            self._bad_input = f"malformed HTTP: {exc}"
-        if self._requests and not self._requests[-1].head_done and self._head_bytes > MAX_HEAD_BYTES:
-            self._bad_input = self._bad_input or f"request head over {MAX_HEAD_BYTES} bytes"
-        if self._bad_input is not None and self._engine is None and self._connecting is None:
+        reader = self._reader
+        relaying = self._engine is not None or self._connecting is not None
+        if reader.awaiting_head and not reader.head_bytes and self.call is None:
+            self._deadline.set(_HEAD, self.limits.header_timeout_s)  # the first bytes of a head
+        elif self.call is not None and not relaying:
+            self._deadline.progress()  # a piece of the request body
+        reader.feed(data)
+        # A request behind the one being served (pipelined): read no further until its turn.
+        if len(self._requests) > (0 if relaying else 1):
+            self._pause_reading()
+        if reader.bad is not None and not relaying:
             self._refuse_bad_input()
             return
         self._advance()
@@ -122,7 +91,7 @@ class ClientConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._client_left()
         self._ended = True
-        self._cancel_timer()
+        self._deadline.cancel()
         self.adapter.release_connection(self)
 
     def pause_writing(self) -> None:  # the client reads slower than the engine answers: slow the engine down
@@ -133,43 +102,9 @@ class ClientConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._client_full = False
-        self._progress = self.loop.time()  # the client read: the answer moves again
+        self._deadline.progress()  # the client read: the answer moves again
         if self._engine is not None and not self._engine.lost:
             self._engine.transport.resume_reading()
-
-    # -- httptools callbacks (they only record; data_received acts once the bytes are parsed)
-
-    def on_message_begin(self) -> None:
-        self._requests.append(_Request())
-        if self.call is not None or len(self._requests) > 1:  # pipelined: read no further until its turn
-            self._pause_reading()
-
-    def on_url(self, url: bytes) -> None:
-        self._requests[-1].target += url
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._requests[-1].headers.append((name.lower(), value.strip()))
-
-    def on_headers_complete(self) -> None:
-        request = self._requests[-1]
-        request.method = self._parser.get_method()
-        request.version = self._parser.get_http_version().encode()
-        request.keep_alive = self._parser.should_keep_alive() and request.version == b"1.1"
-        request.head_done, request.started = True, time.monotonic()
-        self._head_bytes = 0
-        # A head that arrived whole in one read is measured from its parts (the request line and the CRLFs).
-        size = len(request.method) + len(request.target) + 14 + sum(len(k) + len(v) + 4 for k, v in request.headers)
-        if size > MAX_HEAD_BYTES:
-            self._bad_input = self._bad_input or f"request head over {MAX_HEAD_BYTES} bytes"
-
-    def on_body(self, data: bytes) -> None:
-        request = self._requests[-1]
-        request.body_bytes += len(data)
-        if request.body_bytes <= self.limits.max_body_bytes:  # past the cap it is refused: keep nothing
-            request.body.append(data)
-
-    def on_message_complete(self) -> None:
-        self._requests[-1].complete = True
 
     # -- one call after another
 
@@ -189,7 +124,7 @@ class ClientConnection(asyncio.Protocol):
             self._requests.popleft()
             self._forward(request)
 
-    def _begin(self, request: _Request) -> bool:
+    def _begin(self, request: Request) -> bool:
         """Check a complete head; take a slot for it (True) or answer it with an error (False)."""
         if request.version not in _VERSIONS:
             verdict = rules.Reject(505, "http_version", "only HTTP/1.1 and HTTP/1.0 are served")
@@ -212,17 +147,17 @@ class ClientConnection(asyncio.Protocol):
             if not request.body_bytes and any(k == b"expect" and v.lower() == b"100-continue"
                                               for k, v in request.headers):
                 self.transport.write(rules.CONTINUE)
-            self._set_deadline(_BODY, self.limits.body_timeout_s)
+            self._deadline.set(_BODY, self.limits.body_timeout_s, sliding=True)
         return True
 
-    def _forward(self, request: _Request) -> None:
+    def _forward(self, request: Request) -> None:
         body = b"".join(request.body)
         length = None if request.method == b"GET" and not body else len(body)
         data = rules.request_head(request.method, request.target, rules.upstream_headers(request.headers, length))
         data = data + body if body else data
         self._head_sent = self._answered = False
         self._head, self._body = None, []
-        self._set_deadline(_ENGINE, self.limits.upstream_timeout_s)
+        self._deadline.set(_ENGINE, self.limits.upstream_timeout_s, sliding=True)
         engine = self.adapter.pool.take_idle()
         if engine is not None:
             self._engine = engine
@@ -283,7 +218,7 @@ class ClientConnection(asyncio.Protocol):
         call = self.call
         if call is None:
             return
-        self._progress = self.loop.time()
+        self._deadline.progress()
         data = None
         if self._body:
             data = self._body[0] if len(self._body) == 1 else b"".join(self._body)
@@ -341,8 +276,8 @@ class ClientConnection(asyncio.Protocol):
 
     def _next_cycle(self) -> None:
         """Keep-alive: wait for (or take up) the next request."""
-        self._set_deadline(_IDLE, self.limits.idle_timeout_s)
-        if self._bad_input is not None:
+        self._deadline.set(_IDLE, self.limits.idle_timeout_s)
+        if self._reader.bad is not None:
             self._refuse_bad_input()
             return
         if self._paused:
@@ -374,13 +309,13 @@ class ClientConnection(asyncio.Protocol):
 
     def _refuse_bad_input(self) -> None:
         if self.call is not None:
-            self._fail(rules.Reject(400, "bad_request", self._bad_input))
+            self._fail(rules.Reject(400, "bad_request", self._reader.bad))
             return
-        status = 431 if self._bad_input.startswith("request head over") else 400
+        status = 431 if self._reader.bad == HEAD_TOO_LARGE else 400
         request = self._requests[-1] if self._requests and self._requests[-1].head_done else None
         call = (CallRecord(request.method, request.target, request.headers, request.started, forwarded=False)
                 if request is not None else CallRecord(b"", b"", [], time.monotonic(), forwarded=False))
-        self._answer_error(call, rules.Reject(status, "bad_request", self._bad_input))
+        self._answer_error(call, rules.Reject(status, "bad_request", self._reader.bad))
         self.adapter.log.record(call.entry(time.monotonic()))
 
     def _answer_error(self, call: CallRecord, reject: rules.Reject, head_only: bool = False) -> None:
@@ -405,49 +340,20 @@ class ClientConnection(asyncio.Protocol):
             self.transport.resume_reading()
         if self.transport.can_write_eof():
             self.transport.write_eof()
-        self._set_deadline(_LINGER, LINGER_S)
+        self._deadline.set(_LINGER, LINGER_S)
 
     def _pause_reading(self) -> None:
         if not self._paused:
             self._paused = True
             self.transport.pause_reading()
 
-    # -- the one deadline
+    # -- timeouts
 
-    def _set_deadline(self, kind: str, seconds: float) -> None:
-        self._deadline_kind = kind
-        self._deadline = when = self.loop.time() + seconds
-        if self._timer is None or self._timer.when() > when:
-            self._cancel_timer()
-            self._timer = self.loop.call_at(when, self._on_timer)
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        kind = self._deadline_kind
-        if kind in (_BODY, _ENGINE):  # deadlines counted from the last progress
-            limit = self.limits.body_timeout_s if kind == _BODY else self.limits.upstream_timeout_s
-            due = max(self._deadline, self._progress + limit)
-        else:
-            due = self._deadline
-        now = self.loop.time()
-        if kind == _ENGINE and self._client_full and now >= due:
-            buffered = self.transport.get_write_buffer_size()
-            if buffered < self._client_buffered:  # a slow client, still reading: not a stall
-                self._client_buffered, self._progress, due = buffered, now, now + self.limits.upstream_timeout_s
-        if now < due:
-            self._timer = self.loop.call_at(due, self._on_timer)
-            return
-        self._deadline_kind = None
+    def _expired(self, kind: str) -> None:
         if kind == _LINGER or kind == _IDLE:
             self.close()
         elif kind == _HEAD:
             if self.call is None and self._requests and not self._requests[-1].head_done:
-                self._bad_input = None
                 call = CallRecord(b"", b"", [], time.monotonic(), forwarded=False)
                 self._answer_error(call, rules.Reject(408, "header_timeout", "request head not complete within "
                                                       f"{self.limits.header_timeout_s:g} s"))
@@ -457,6 +363,12 @@ class ClientConnection(asyncio.Protocol):
         elif kind == _BODY and self.call is not None:
             self._fail(rules.Reject(408, "body_timeout", f"request body stalled for {self.limits.body_timeout_s:g} s"))
         elif kind == _ENGINE and self.call is not None and self._client_full:
+            buffered = self.transport.get_write_buffer_size()
+            if buffered < self._client_buffered:  # a slow client, still reading: not a stall
+                self._client_buffered = buffered
+                self._deadline.progress()
+                self._deadline.set(_ENGINE, self.limits.upstream_timeout_s, sliding=True)
+                return
             self.call.outcome = f"cut: the client read nothing for {self.limits.upstream_timeout_s:g} s"
             self._end_call(reusable=False)
             self.close()
