@@ -1,30 +1,34 @@
 """Latency the serve adapter adds, against calling the engine's Unix socket directly, in the same run.
 
 Against one stub engine container (no delays) on the local Docker engine:
-  * direct   - http.client over the engine's Unix socket (keep-alive), the floor;
-  * adapter  - http.client to the loopback adapter (keep-alive), the adapter in its own process;
+  * direct   - a client on the engine's Unix socket (keep-alive), the floor;
+  * adapter  - the same client to the loopback adapter (keep-alive), the adapter in its own process;
   * anchor   - the earlier kit's way: one `docker exec` of a Python client inside the container per request
                (through the Docker SDK's exec API, which is what the CLI calls).
 Non-streamed: time to the whole answer. Streamed: time to the first SSE chunk. 1 and 4 concurrent
 clients (4 client processes, so clients do not share one interpreter lock with each other). Direct and
 adapter calls alternate in blocks, so the shared machine's changing load falls on both. For 4 clients,
 each row also gives how busy the machine's CPUs were during its timed calls (/proc/stat) and how much of
-one vCPU the adapter process used meanwhile. The stub has
-no delays; a last pair of rows paces its streams (STUB_TOKEN_DELAY_S) so that other clients' streams do
-not keep the adapter busy back to back, as a model's token rate would not.
+one vCPU the adapter process used meanwhile. The stub has no delays; a last pair of rows paces its streams
+(STUB_TOKEN_DELAY_S) so that other clients' streams do not keep the adapter busy back to back, as a model's
+token rate would not.
+
+The clients are lean by default (bench_clients.py): on two vCPUs the load generator shares the CPUs with the
+engine and the adapter, and whatever it spends lands on both paths' latency. `--client http.client` runs the
+same rows with the standard library's client. Every row gives the clients' CPU per timed call.
 
     python benchmarks/bench_adapter.py [--requests 2000] [--anchor-requests 40] [--paced-requests 400]
-                                       [--blocks 4] [--json out.json]
+                                       [--blocks 4] [--client lean|http.client] [--json out.json]
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import http.client
 import json
 import multiprocessing as mp
 import os
 import platform
+import resource
 import sys
 import tempfile
 import time
@@ -35,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import docker  # noqa: E402
 import psutil  # noqa: E402
 
+from benchmarks.bench_clients import CLIENTS  # noqa: E402
 from plugin.transport_log import percentile  # noqa: E402
-from plugin.uds_http import UnixHTTPConnection  # noqa: E402
 from tests_offline.stub_serving import SOCKET_IN_CONTAINER, stub_serving  # noqa: E402
 
 KEY = "bench-" + "k" * 37
@@ -60,39 +64,20 @@ def body(model: str, stream: bool, max_tokens: int = 16) -> bytes:
     return json.dumps({"model": model, "prompt": "benchmark", "max_tokens": max_tokens, "stream": stream}).encode()
 
 
-def connect(target):
-    return (UnixHTTPConnection(target, timeout=30) if isinstance(target, str)
-            else http.client.HTTPConnection("127.0.0.1", target, timeout=30))
-
-
-def one_call(conn, payload: bytes, stream: bool, headers: dict) -> float:
-    """Seconds to the whole answer (non-streamed) or to the first SSE chunk (streamed)."""
-    began = time.perf_counter()
-    conn.request("POST", "/v1/completions", body=payload, headers=headers)
-    response = conn.getresponse()
-    if stream:
-        while not response.readline().startswith(b"data:"):
-            pass
-        took = time.perf_counter() - began
-        response.read()
-        return took
-    response.read()
-    return time.perf_counter() - began
-
-
-def client_loop(target, payload: bytes, stream: bool, n: int, warmup: int, start_at: float) -> list[float]:
-    """One client: its own keep-alive connection, warm-up calls, then n timed calls."""
-    headers = {"Content-Type": "application/json"}
-    if not isinstance(target, str):
-        headers["Authorization"] = f"Bearer {KEY}"
-    conn = connect(target)
+def client_loop(kind: str, target, payload: bytes, stream: bool, n: int, warmup: int,
+                start_at: float) -> tuple[list[float], float]:
+    """One client: its own keep-alive connection, warm-up calls, then n timed calls; returns their times
+    and the client's CPU seconds per timed call."""
+    client = CLIENTS[kind](target, payload, KEY)
     for _ in range(warmup):
-        one_call(conn, payload, stream, headers)
+        client.call(stream)
     while time.time() < start_at:
         time.sleep(0.001)
-    times = [one_call(conn, payload, stream, headers) for _ in range(n)]
-    conn.close()
-    return times
+    began = resource.getrusage(resource.RUSAGE_SELF)
+    times = [client.call(stream) for _ in range(n)]
+    ended = resource.getrusage(resource.RUSAGE_SELF)
+    client.close()
+    return times, (ended.ru_utime + ended.ru_stime - began.ru_utime - began.ru_stime) / n
 
 
 def machine_cpu_ticks() -> tuple[int, int]:
@@ -107,36 +92,44 @@ def cpu_snapshot(pid: int) -> tuple[tuple[int, int], float, float]:
     return machine_cpu_ticks(), sum(psutil.Process(pid).cpu_times()[:2]), time.time()
 
 
-def measure(target, payload: bytes, stream: bool, total: int, clients: int, usage: dict | None = None) -> list[float]:
-    """Timed calls; with `usage`, adds to it the machine's busy and idle ticks and the adapter process's CPU
-    seconds (usage["pid"]) from the moment the clients start their timed calls to the last one's end."""
+def measure(kind: str, target, payload: bytes, stream: bool, total: int, clients: int,
+            usage: dict) -> list[float]:
+    """Timed calls. Adds to `usage` the clients' CPU seconds and calls and, for several clients, the
+    machine's busy and idle ticks and the adapter process's CPU seconds (usage["pid"]) from the moment the
+    clients start their timed calls to the last one's end."""
     if clients == 1:
-        return client_loop(target, payload, stream, total, 50, 0)
-    with mp.get_context("fork").Pool(clients) as pool:
-        start_at = time.time() + 0.5
-        parts = pool.starmap_async(client_loop, [(target, payload, stream, total // clients, 50, start_at)] * clients)
-        if usage is not None:
+        times, cpu_per_call = client_loop(kind, target, payload, stream, total, 50, 0)
+        parts = [(times, cpu_per_call)]
+    else:
+        with mp.get_context("fork").Pool(clients) as pool:
+            start_at = time.time() + 0.5
+            pending = pool.starmap_async(client_loop,
+                                         [(kind, target, payload, stream, total // clients, 50, start_at)] * clients)
             time.sleep(max(0.0, start_at - time.time()))
             before = cpu_snapshot(usage["pid"])
-        parts = parts.get()
-        if usage is not None:
+            parts = pending.get()
             ((all0, idle0), cpu0, wall0), ((all1, idle1), cpu1, wall1) = before, cpu_snapshot(usage["pid"])
-            usage["ticks"] = usage.get("ticks", 0) + all1 - all0
-            usage["idle"] = usage.get("idle", 0) + idle1 - idle0
-            usage["adapter_s"] = usage.get("adapter_s", 0) + cpu1 - cpu0
-            usage["wall_s"] = usage.get("wall_s", 0) + wall1 - wall0
-    return [t for part in parts for t in part]
+        usage["ticks"] = usage.get("ticks", 0) + all1 - all0
+        usage["idle"] = usage.get("idle", 0) + idle1 - idle0
+        usage["adapter_s"] = usage.get("adapter_s", 0) + cpu1 - cpu0
+        usage["wall_s"] = usage.get("wall_s", 0) + wall1 - wall0
+    for times, cpu_per_call in parts:
+        usage["client_s"] = usage.get("client_s", 0) + cpu_per_call * len(times)
+        usage["calls"] = usage.get("calls", 0) + len(times)
+    return [t for times, _ in parts for t in times]
 
 
 def usage_fields(usage: dict) -> dict:
-    """The row's share of the machine that was busy, and of one vCPU the adapter process used (in %)."""
-    if not usage.get("ticks"):
-        return {}
-    return {"machine_busy_pct": round(100 * (1 - usage["idle"] / usage["ticks"]), 1),
-            "adapter_process_pct": round(100 * usage["adapter_s"] / usage["wall_s"], 1)}
+    """The clients' CPU per call (us); for several clients also the row's share of the machine that was
+    busy, and of one vCPU the adapter process used (in %)."""
+    fields = {"client_cpu_us_per_call": round(1e6 * usage["client_s"] / usage["calls"])}
+    if usage.get("ticks"):
+        fields.update(machine_busy_pct=round(100 * (1 - usage["idle"] / usage["ticks"]), 1),
+                      adapter_process_pct=round(100 * usage["adapter_s"] / usage["wall_s"], 1))
+    return fields
 
 
-def interleaved(paths: dict, payload: bytes, stream: bool, total: int, clients: int, blocks: int,
+def interleaved(kind: str, paths: dict, payload: bytes, stream: bool, total: int, clients: int, blocks: int,
                 adapter_pid: int) -> tuple[dict, dict]:
     """Calls per path, measured in alternating blocks (the order flips every block), so that a change in
     the shared machine's load between two moments falls on both paths alike; and each path's CPU use."""
@@ -145,7 +138,7 @@ def interleaved(paths: dict, payload: bytes, stream: bool, total: int, clients: 
     for block in range(blocks):
         order = list(paths) if block % 2 == 0 else list(reversed(paths))
         for name in order:
-            times[name] += measure(paths[name], payload, stream, total // blocks, clients, usage[name])
+            times[name] += measure(kind, paths[name], payload, stream, total // blocks, clients, usage[name])
     return times, {name: usage_fields(u) for name, u in usage.items()}
 
 
@@ -186,6 +179,8 @@ def main() -> int:
     parser.add_argument("--anchor-requests", type=int, default=40, help="timed docker exec calls per mode")
     parser.add_argument("--paced-requests", type=int, default=400, help="timed calls per paced-stream configuration")
     parser.add_argument("--blocks", type=int, default=4, help="alternating blocks per direct/adapter pair")
+    parser.add_argument("--client", choices=sorted(CLIENTS), default="lean",
+                        help="the load generator's client (see bench_clients.py)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     client = docker.from_env()
@@ -207,7 +202,8 @@ def main() -> int:
                     n = args.requests if not label else args.paced_requests
                     for clients in (1, 4):
                         paths = {"direct": stub.socket_path, "adapter": port}
-                        times, usage = interleaved(paths, payload, stream, n, clients, args.blocks, proc.pid)
+                        times, usage = interleaved(args.client, paths, payload, stream, n, clients, args.blocks,
+                                                    proc.pid)
                         for name in paths:
                             row = {"mode": mode, "clients": clients, "path": name, **stats(times[name]),
                                    **usage[name]}
@@ -230,16 +226,16 @@ def main() -> int:
 
 def markdown(results: dict) -> str:
     rows = results["rows"]
-    out = ["| mode | clients | path | n | p50 ms | p99 ms | added p50 ms | added p99 ms | machine busy % "
-           "| adapter process % of one vCPU |",
-           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    out = ["| mode | clients | path | n | p50 ms | p99 ms | added p50 ms | added p99 ms | client CPU us/call "
+           "| machine busy % | adapter process % of one vCPU |",
+           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         base = next((d for d in rows if d["path"] == "direct" and d["mode"] == r["mode"]
                      and d["clients"] == r["clients"]), None)
         added = (f"{r['p50_ms'] - base['p50_ms']:.3f} | {r['p99_ms'] - base['p99_ms']:.3f}"
                  if base and r is not base else "- | -")
         out.append(f"| {r['mode']} | {r['clients']} | {r['path']} | {r['n']} | {r['p50_ms']:.3f} | "
-                   f"{r['p99_ms']:.3f} | {added} | {r.get('machine_busy_pct', '-')} | "
+                   f"{r['p99_ms']:.3f} | {added} | {r.get('client_cpu_us_per_call', '-')} | {r.get('machine_busy_pct', '-')} | "
                    f"{r.get('adapter_process_pct', '-')} |")
     return "\n".join(out)
 

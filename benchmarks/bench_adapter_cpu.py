@@ -92,11 +92,11 @@ def main() -> int:
             cells = []
             for stream in (False, True):
                 payload = bench.body(stub.model_id, stream)
-                bench.measure(port, payload, stream, WARMUP, 1)
+                bench.measure("lean", port, payload, stream, WARMUP, 1, {})
                 parent.send("cpu")
                 before = parent.recv()
                 # measure() makes 50 warm-up calls of its own before the timed ones: all of them are counted.
-                times = bench.measure(port, payload, stream, args.requests, 1)
+                times = bench.measure("lean", port, payload, stream, args.requests, 1, {})
                 parent.send("cpu")
                 after = parent.recv()
                 calls = args.requests + 50
