@@ -1,0 +1,1 @@
+"""Performance scripts; run each as `python benchmarks/<script>.py` (figures in RESULTS.md)."""
