@@ -235,8 +235,8 @@ def markdown(results: dict) -> str:
         added = (f"{r['p50_ms'] - base['p50_ms']:.3f} | {r['p99_ms'] - base['p99_ms']:.3f}"
                  if base and r is not base else "- | -")
         out.append(f"| {r['mode']} | {r['clients']} | {r['path']} | {r['n']} | {r['p50_ms']:.3f} | "
-                   f"{r['p99_ms']:.3f} | {added} | {r.get('client_cpu_us_per_call', '-')} | {r.get('machine_busy_pct', '-')} | "
-                   f"{r.get('adapter_process_pct', '-')} |")
+                   f"{r['p99_ms']:.3f} | {added} | {r.get('client_cpu_us_per_call', '-')} | "
+                   f"{r.get('machine_busy_pct', '-')} | {r.get('adapter_process_pct', '-')} |")
     return "\n".join(out)
 
 

@@ -3,7 +3,8 @@
 Latency on a shared 2-vCPU machine moves with the neighbours; the adapter's CPU seconds per call (user +
 system, os.times of its process, transport-log helper thread included) move much less and say where the
 added latency comes from. One stub engine container (network none), one adapter process, one client
-process with a keep-alive connection: 100 warm-up calls, then N timed calls, non-streamed and streamed.
+process with a keep-alive connection (bench_clients' lean client): 100 warm-up calls, then N timed calls,
+non-streamed and streamed.
 As an anchor, the round trip of 300 bytes through a bare loopback TCP echo in another process: what the
 extra hop costs before any HTTP or relaying.
 
