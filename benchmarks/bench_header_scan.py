@@ -9,7 +9,7 @@ two anchors measured in the same run, so the result reads as a ratio on whatever
   * msgspec's untyped decode of the same bytes (the C decoder the scan uses, before checking a single rule).
 
 The same scan is also timed cold: before each call every file of the checkpoint is dropped from this machine's
-page cache (posix_fadvise DONTNEED on each file after one sync, which touches no other file's pages; `fincore`
+page cache (posix_fadvise DONTNEED on each file after one sync, which touches no other file's pages; mincore(2)
 confirms what stayed resident). Its floor, cold in the same way, is the bare reads the scan cannot avoid: the
 index, and each shard's 8-byte length and header. Directory entries and inodes stay cached (evicting them needs
 root and disturbs the whole machine), and a virtual disk may still be served from its host's cache: the cold
@@ -39,6 +39,7 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from plugin.checkpoint import read_checkpoint  # noqa: E402
+from tests_offline.page_cache import resident_bytes  # noqa: E402
 from tests_offline.synth import moe_tensors, write_checkpoint  # noqa: E402
 
 TARGET_S = 1.0
@@ -133,14 +134,9 @@ def drop_from_page_cache(paths: list[Path]) -> None:
             os.close(fd)
 
 
-def resident_bytes(paths: list[Path]) -> int | None:
-    """Bytes of these files in the page cache, by util-linux `fincore`; None where it cannot tell."""
-    try:
-        out = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "--output", "RES", *map(str, paths)],
-                             capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return sum(int(field) for field in out.split())
+def resident_bytes_of(paths: list[Path]) -> int:
+    """Bytes of these files in the page cache, as mincore(2) reports them."""
+    return sum(map(resident_bytes, paths))
 
 
 def parse_all(headers: list[bytes], loads) -> None:
@@ -161,8 +157,8 @@ def _verdict(figure: tuple[list[float], list[float]]) -> str:
     return "met" if statistics.median(figure[0]) < TARGET_S else "NOT met"
 
 
-def _bytes(value: int | None) -> str:
-    return "unknown (no fincore)" if value is None else f"{value / 1e6:.1f} MB"
+def _mb(value: int) -> str:
+    return f"{value / 1e6:.1f} MB"
 
 
 def machine() -> str:
@@ -192,7 +188,7 @@ def main() -> int:
 
     os.sync()  # dirty pages cannot be dropped; the cached copy may have just been written
     drop_from_page_cache(every_file)
-    cold_resident = resident_bytes(every_file)
+    cold_resident = resident_bytes_of(every_file)
 
     def evict() -> None:
         drop_from_page_cache(every_file)
@@ -204,10 +200,10 @@ def main() -> int:
                                                args.runs, before=evict)
     evict()
     read_checkpoint(root)
-    scanned_resident = resident_bytes(every_file)
+    scanned_resident = resident_bytes_of(every_file)
     evict()
     read_headers(index_path, shard_paths, read_ahead=False)
-    random_resident = resident_bytes(every_file)
+    random_resident = resident_bytes_of(every_file)
     startup = timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), args.runs)
     stats = timed(lambda: [os.stat(p) for p in shard_paths], args.runs)
     floor = timed(lambda: parse_all(headers, json.loads), args.runs)
@@ -236,8 +232,8 @@ def main() -> int:
         f"* Page cache: warm (one untimed warm-up call before the {args.runs} timed calls of each figure), "
         f"except the cold rows, before each of whose calls the checkpoint's {len(every_file):,} files are "
         f"dropped from it (the two cold floors alternate, pair by pair); resident bytes of those files "
-        f"just after a drop {_bytes(cold_resident)}, after one cold scan {_bytes(scanned_resident)}, after "
-        f"the cold reads with read-ahead off {_bytes(random_resident)} (fincore)",
+        f"just after a drop {_mb(cold_resident)}, after one cold scan {_mb(scanned_resident)}, after "
+        f"the cold reads with read-ahead off {_mb(random_resident)} (mincore)",
         "",
         "| figure | wall min s | wall median s | CPU min s | CPU median s |",
         "| --- | --- | --- | --- | --- |",

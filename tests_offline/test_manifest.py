@@ -6,7 +6,6 @@ to see the effect of posix_fadvise.
 """
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import mmap
@@ -26,6 +25,7 @@ from plugin.manifest import (DROP_STEP_BYTES, MIB, FileStat, ManifestError, buff
                              hash_file, hash_files, load_manifest, progress_line, recheck, walk_checkpoint)
 from plugin.outcomes import Blocked
 from tests_offline.docker_required import ci_demands_docker
+from tests_offline.page_cache import resident_bytes
 
 pytest_plugins = ["pytester"]
 
@@ -245,25 +245,8 @@ def test_the_calling_thread_waits_without_spinning_once_the_first_interval_passe
 
 def _resident_fraction(path: Path) -> float:
     """Share of the file's pages in the page cache, as the kernel's mincore(2) reports it."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-    size = path.stat().st_size
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
-        pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
-        vec = ctypes.create_string_buffer(pages)
-        try:
-            assert libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
-        finally:
-            libc.munmap(addr, size)
-        return sum(b & 1 for b in vec.raw) / pages
-    finally:
-        os.close(fd)
+    pages = (path.stat().st_size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    return resident_bytes(path) / mmap.PAGESIZE / pages
 
 
 def _fs_type(folder) -> str:

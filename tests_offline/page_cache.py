@@ -1,0 +1,39 @@
+"""Which pages of a file are in the kernel's page cache, as mincore(2) reports it for a shared mapping.
+
+Used by the tests of page-cache hygiene and by the header scan benchmark's cold figures; reading residency
+maps the file but touches none of its pages.
+"""
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+from pathlib import Path
+
+_LOW_BIT = bytes(b & 1 for b in range(256))  # mincore sets bit 0 of a page's byte when the page is resident
+
+
+def resident_bytes(path: Path) -> int:
+    """Bytes of the file in the page cache (whole pages; the last one counts as a full page)."""
+    size = Path(path).stat().st_size
+    if size == 0:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), f"mmap of {path}: {os.strerror(ctypes.get_errno())}")
+        vec = ctypes.create_string_buffer((size + mmap.PAGESIZE - 1) // mmap.PAGESIZE)
+        try:
+            if libc.mincore(addr, size, vec) != 0:
+                raise OSError(ctypes.get_errno(), f"mincore of {path}: {os.strerror(ctypes.get_errno())}")
+        finally:
+            libc.munmap(addr, size)
+        return vec.raw.translate(_LOW_BIT).count(1) * mmap.PAGESIZE
+    finally:
+        os.close(fd)
