@@ -1,4 +1,5 @@
-"""JSON read strictly: duplicate keys and NaN/Infinity are errors, not silent last-one-wins or floats.
+"""JSON read strictly: duplicate keys, NaN/Infinity and numbers beyond a 64-bit float are errors, not silent
+last-one-wins, infinities or floats.
 
 Two readers with one meaning. `loads` is the reference: the standard library's parser with hooks that refuse
 duplicates and constants, and that names where the text breaks. `loads_proven` is for the large files of a
@@ -41,10 +42,26 @@ def _no_constants(name):
     raise StrictJSONError(f"{name} is not a JSON number")
 
 
+def _finite_float(text: str) -> float:
+    # The standard library reads 1e400 as inf: the very value NaN/Infinity are refused to keep out.
+    value = float(text)
+    if value in (_INF, -_INF):
+        raise StrictJSONError(f"{_brief(text)} is beyond the range of a 64-bit float")
+    return value
+
+
+_INF = float("inf")
+
+
+def _brief(text: str) -> str:
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def loads(text: str | bytes):
     """Parse strict JSON; raises StrictJSONError with the position for malformed input."""
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants,
+                          parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise StrictJSONError(f"not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except RecursionError:

@@ -87,6 +87,8 @@ BAD_REQUEST_FILES: list[tuple[str, bytes, list[list[str]]]] = [
      [["line 1", "NaN", "not a JSON number"]]),
     ("Infinity", jsonl(chat_line()).replace(b'"max_tokens": 16', b'"max_tokens": 16, "top_p": -Infinity'),
      [["line 1", "Infinity", "not a JSON number"]]),
+    ("float overflow", jsonl(chat_line()).replace(b'"max_tokens": 16', b'"max_tokens": 16, "top_p": -1e400'),
+     [["line 1", "-1e400", "beyond the range of a 64-bit float"]]),
     ("blank line", jsonl(chat_line("a")) + b"\n" + jsonl(chat_line("b")), [["line 2", "blank line"]]),
     ("whitespace-only line", jsonl(chat_line("a")) + b"  \t\n" + jsonl(chat_line("b")), [["line 2", "blank"]]),
     ("not UTF-8", jsonl(chat_line("a")) + b'{"custom_id":"\xff"}\n', [["line 2", "byte 15", "not UTF-8"]]),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from plugin import strict_json
 from plugin.settings import ASSUMED_DEFAULTS, LEGACY_SCHEMA, OWN_SCHEMA, Settings, SettingsError, load_settings
 
 # The earlier kit's example, byte for byte as it ships (../shared/compat is not part of this repository).
@@ -170,12 +171,21 @@ def test_an_integer_field_refuses_fractions(tmp_path, field, value):
 @pytest.mark.parametrize("text, expected", [
     ('{"schema": "onegpu/settings@1", "cpu_offload_gib": NaN}', "NaN is not a JSON number"),
     ('{"schema": "onegpu/settings@1", "cpu_offload_gib": Infinity}', "Infinity is not a JSON number"),
+    ('{"schema": "onegpu/settings@1", "cpu_offload_gib": 1e400}', "1e400 is beyond the range of a 64-bit float"),
     ('{"schema": "onegpu/settings@1", "gpu": 0, "gpu": 1}', "duplicate key 'gpu'"),
     ('{"schema": "onegpu/settings@1",}', "not valid JSON at line 1 column 32"),
 ])
 def test_strict_json_refuses_nan_duplicates_and_garbage(tmp_path, text, expected):
     (error,) = errors_of(write(tmp_path, text))
     assert expected in error
+
+
+def test_strict_json_reads_floats_up_to_the_edge_of_the_64_bit_range():
+    assert strict_json.loads("[1.7976931348623157e308, -1.7976931348623157e308, 1e-400, -0.0]") == [
+        1.7976931348623157e308, -1.7976931348623157e308, 0.0, -0.0]  # underflow rounds; it is not refused
+    for text in ("1.7976931348623159e308", "1E400", "-" + "9" * 400 + ".0"):
+        with pytest.raises(strict_json.StrictJSONError, match="beyond the range of a 64-bit float"):
+            strict_json.loads(f'{{"x": {text}}}')
 
 
 @pytest.mark.parametrize("path, rule", [
