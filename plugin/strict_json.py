@@ -18,6 +18,8 @@ import json
 
 import msgspec
 
+_INF = float("inf")
+
 # What loads_proven answers when the fast reading is not proven equal to `loads` (None is a JSON value).
 NOT_PROVEN = object()
 
@@ -48,9 +50,6 @@ def _finite_float(text: str) -> float:
     if value in (_INF, -_INF):
         raise StrictJSONError(f"{_brief(text)} is beyond the range of a 64-bit float")
     return value
-
-
-_INF = float("inf")
 
 
 def _brief(text: str) -> str:
