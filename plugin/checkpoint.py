@@ -21,6 +21,7 @@ from .checkpoint_model import ROLES, SYNTHETIC_METADATA_KEY, CheckpointFacts, Sh
 from .outcomes import Blocked, gib
 from .quant_config import quant_facts
 from .safetensors_header import HeaderError, ShardHeader, brief, decode_json, read_header
+from .shown import cut
 from .tensor_roles import layer_index, packed_rows, tensor_roles
 
 CONFIG_NAME = "config.json"
@@ -145,7 +146,7 @@ def _index(root: Path, present: set) -> tuple[str | None, dict | None, int | Non
 
 
 def _listed(names: list[str]) -> str:
-    shown = ", ".join(n if len(n) <= 200 else n[:197] + "..." for n in names[:SHOWN])
+    shown = ", ".join(cut(n, 200) for n in names[:SHOWN])
     return shown + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
 
 

@@ -11,6 +11,7 @@ import math
 import re
 
 from . import strict_json
+from .shown import cut
 
 SCHEMA = "onegpu/operator-score@1"
 LABEL = "operator-supplied, not computed by the kit"
@@ -108,7 +109,7 @@ def parse_operator_score(data, path: str) -> dict:
             continue
         rule = _rule(kind, data[key])
         if rule:
-            shown = data[key] if not isinstance(data[key], str) or len(data[key]) <= 80 else data[key][:77] + "..."
+            shown = cut(data[key]) if isinstance(data[key], str) else data[key]
             errors.append(f"field {key!r}: value {shown!r}: {rule}")
     if errors:
         raise OperatorScoreError(path, errors)

@@ -7,12 +7,12 @@ naming the field, the value and the rule.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import strict_json
+from .shown import as_json as _show
 
 OWN_SCHEMA = "onegpu/protocol@1"
 LEGACY_SCHEMA = "axm/frozen-benchmark-requests@1"
@@ -71,11 +71,6 @@ class ProtocolError(ValueError):
     def __init__(self, path: str, errors: list[str]):
         self.path, self.errors = path, errors
         super().__init__(f"{path}: " + "; ".join(errors))
-
-
-def _show(value) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _is_placeholder(value) -> bool:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import strict_json
+from .shown import as_json as _show
 
 MAX_LINE_BYTES = 16 * 2**20
 MAX_FILE_BYTES = 256 * 2**20
@@ -112,12 +113,6 @@ def body_bytes(raw: bytes, text: str) -> bytes:
     byte_start = len(text[:start].encode("utf-8"))
     byte_end = byte_start + len(text[start:end].encode("utf-8"))
     return raw[byte_start:byte_end]
-
-
-def _show(value) -> str:
-    """A value as JSON, cut to 80 characters, for error messages."""
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _is_int(value) -> bool:

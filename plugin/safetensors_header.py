@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from .safetensors_bulk import check_bulk
 from .safetensors_format import DTYPE_BITS, MAX_COUNT, MAX_HEADER_BYTES, METADATA_KEY  # noqa: F401 (re-exported)
+from .shown import cut
 from .strict_json import NOT_PROVEN, StrictJSONError, loads as strict_loads, loads_proven
 
 _ENTRY_KEYS = frozenset(("dtype", "shape", "data_offsets"))
@@ -200,8 +201,7 @@ def brief(value, limit: int = 80) -> str:
     """repr() of a value from a file, cut to `limit` characters so a hostile name cannot flood a message."""
     if isinstance(value, int) and value.bit_length() > 256:
         return f"<a {value.bit_length()}-bit integer>"
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return cut(repr(value), limit)
 
 
 def _check_layout(tensors: list, shard: str) -> int:

@@ -18,6 +18,8 @@ import json
 
 import msgspec
 
+from .shown import cut
+
 _INF = float("inf")
 
 # What loads_proven answers when the fast reading is not proven equal to `loads` (None is a JSON value).
@@ -48,12 +50,8 @@ def _finite_float(text: str) -> float:
     # The standard library reads 1e400 as inf: the very value NaN/Infinity are refused to keep out.
     value = float(text)
     if value in (_INF, -_INF):
-        raise StrictJSONError(f"{_brief(text)} is beyond the range of a 64-bit float")
+        raise StrictJSONError(f"{cut(text, 40)} is beyond the range of a 64-bit float")
     return value
-
-
-def _brief(text: str) -> str:
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def loads(text: str | bytes):
