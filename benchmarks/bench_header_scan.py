@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 from datetime import datetime, timezone
-from operator import truediv
+from functools import partial
 from pathlib import Path
 
 import msgspec
@@ -82,27 +82,32 @@ def timed(fn, runs: int, before=None) -> tuple[list[float], list[float]]:
     for _ in range(runs):
         if before is not None:
             before()
-        t0, c0 = time.perf_counter(), _cpu()
-        result = fn()
-        wall.append(time.perf_counter() - t0)
-        cpu.append(_cpu() - c0)
-        del result  # freeing the facts is not part of the scan (a session keeps them)
+        w, c = _time_one(fn)
+        wall.append(w)
+        cpu.append(c)
     return wall, cpu
 
 
 def timed_pair(fn_a, fn_b, runs: int, before) -> tuple[tuple[list[float], list[float]], ...]:
     """Two figures timed in alternation, `before` ahead of each call, the order swapped every run so that
     a drift of the machine lands on both; pair i of the two results was taken the same moment."""
-    walls: dict = {fn_a: [], fn_b: []}
-    cpus: dict = {fn_a: [], fn_b: []}
+    figures = (([], []), ([], []))
     for i in range(runs):
-        for fn in ((fn_a, fn_b) if i % 2 == 0 else (fn_b, fn_a)):
+        for k in ((0, 1) if i % 2 == 0 else (1, 0)):
             before()
-            t0, c0 = time.perf_counter(), _cpu()
-            fn()
-            walls[fn].append(time.perf_counter() - t0)
-            cpus[fn].append(_cpu() - c0)
-    return (walls[fn_a], cpus[fn_a]), (walls[fn_b], cpus[fn_b])
+            w, c = _time_one((fn_a, fn_b)[k])
+            figures[k][0].append(w)
+            figures[k][1].append(c)
+    return figures
+
+
+def _time_one(fn) -> tuple[float, float]:
+    """Wall and CPU seconds of one call."""
+    t0, c0 = time.perf_counter(), _cpu()
+    result = fn()
+    wall, cpu = time.perf_counter() - t0, _cpu() - c0
+    del result  # freed after the clock stops: a session keeps the facts, freeing them is not part of the scan
+    return wall, cpu
 
 
 def _cpu() -> float:
@@ -186,12 +191,10 @@ def main() -> int:
     index_bytes = len(headers[0])
     every_file = sorted(p for p in root.rglob("*") if p.is_file())
 
+    evict = partial(drop_from_page_cache, every_file)
     os.sync()  # dirty pages cannot be dropped; the cached copy may have just been written
-    drop_from_page_cache(every_file)
+    evict()
     cold_resident = resident_bytes_of(every_file)
-
-    def evict() -> None:
-        drop_from_page_cache(every_file)
 
     scan = timed(lambda: read_checkpoint(root), args.runs)
     scan_cold = timed(lambda: read_checkpoint(root), args.runs, before=evict)
@@ -255,7 +258,7 @@ def main() -> int:
         f"its cold reads alone {med(reads_cold[0]):.3f} s (ratio cold scan / cold reads "
         f"{med(scan_cold[0]) / med(reads_cold[0]):.2f})",
         f"* Cold reads with read-ahead off / on, median of {args.runs} paired ratios: wall "
-        f"{med(map(truediv, reads_cold_random[0], reads_cold[0])):.2f}, CPU "
+        f"{med(map(_ratio, reads_cold_random[0], reads_cold[0])):.2f}, CPU "
         f"{med(map(_ratio, reads_cold_random[1], reads_cold[1])):.2f}",
         f"* Target: under {TARGET_S:.0f} s -> warm {_verdict(scan)} "
         f"(wall median {med(scan[0]):.3f} s, CPU median {med(scan[1]):.3f} s); cold {_verdict(scan_cold)} "

@@ -13,7 +13,6 @@ import os
 import shutil
 import stat
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,8 +23,7 @@ from plugin.hf_cache_auth import (CONTENT_ADDRESS_STATEMENT, PublisherHashesErro
 from plugin.manifest import (DROP_STEP_BYTES, MIB, FileStat, ManifestError, buffer_bytes_for, default_workers,
                              hash_file, hash_files, load_manifest, progress_line, recheck, walk_checkpoint)
 from plugin.outcomes import Blocked
-from tests_offline.docker_required import ci_demands_docker
-from tests_offline.page_cache import resident_bytes
+from tests_offline.page_cache import disk_folder, resident_bytes  # noqa: F401 (disk_folder is a fixture)
 
 pytest_plugins = ["pytester"]
 
@@ -247,33 +245,6 @@ def _resident_fraction(path: Path) -> float:
     """Share of the file's pages in the page cache, as the kernel's mincore(2) reports it."""
     pages = (path.stat().st_size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
     return resident_bytes(path) / mmap.PAGESIZE / pages
-
-
-def _fs_type(folder) -> str:
-    return subprocess.run(["stat", "-f", "-c", "%T", str(folder)], capture_output=True, text=True).stdout.strip()
-
-
-@pytest.fixture
-def disk_folder(tmp_path):
-    """An empty folder on a disk-backed file system: tmp_path, else one under /var/tmp or the repository.
-
-    On tmpfs the pages are the storage itself and POSIX_FADV_DONTNEED cannot drop them; the repository
-    always lives on a disk, so CI (where /tmp may be tmpfs) always runs the test."""
-    if _fs_type(tmp_path) != "tmpfs":
-        yield tmp_path
-        return
-    for parent in ("/var/tmp", str(REPO)):
-        if os.access(parent, os.W_OK) and _fs_type(parent) != "tmpfs":
-            folder = Path(tempfile.mkdtemp(prefix="onegpu-fadvise-", dir=parent))
-            try:
-                yield folder
-            finally:
-                shutil.rmtree(folder, ignore_errors=True)
-            return
-    reason = "every candidate folder is on tmpfs, where POSIX_FADV_DONTNEED cannot drop pages"
-    if ci_demands_docker():
-        pytest.fail(f"CI=true: {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 def test_hashing_drops_what_it_read_from_the_page_cache(disk_folder):
