@@ -7,6 +7,7 @@ maps the file but touches none of its pages.
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import os
 import shutil
@@ -22,16 +23,22 @@ _REPO = Path(__file__).resolve().parent.parent
 _LOW_BIT = bytes(b & 1 for b in range(256))  # mincore sets bit 0 of a page's byte when the page is resident
 
 
-def resident_bytes(path: Path) -> int:
-    """Bytes of the file in the page cache (whole pages; the last one counts as a full page)."""
-    size = Path(path).stat().st_size
-    if size == 0:
-        return 0
+@functools.cache
+def _libc() -> ctypes.CDLL:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
     libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    return libc
+
+
+def resident_bytes(path: Path) -> int:
+    """Bytes of the file in the page cache (whole pages; the last one counts as a full page)."""
+    size = Path(path).stat().st_size
+    if size == 0:
+        return 0
+    libc = _libc()
     fd = os.open(path, os.O_RDONLY)
     try:
         addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
