@@ -15,6 +15,8 @@ from . import gating, terminal
 from .backstop import backstop_s, checkpoint_bytes
 from .glue import settings_path
 from .hardware_model import load_profile
+from .interrupts import GUARD
+from .interruption import Cut, phase_progress, timeout_detail, unreported
 from .jsonable import FactsFormatError
 from .outcomes import Blocked, parse_reason
 from .receipt import Receipt, now_iso
@@ -173,6 +175,7 @@ def pytest_collection_modifyitems(session, config, items):
     if not selected or config.option.collectonly:
         return  # e.g. `pytest tests_offline` or `--collect-only`: nothing runs, no run folder
     kit.kind = _session_kind(selected)
+    kit.selected = {i.nodeid: _phase(i) for i in selected}
     _open_run_folder(session, kit)
     _set_timeout_backstop(config, kit, [i for i in items if i.get_closest_marker(gating.APPROVAL_MARK)])
     for item in every_kit_test:
@@ -232,6 +235,16 @@ def _open_run_folder(session, kit: KitSession) -> None:
     attach_html_report(session, kit.run_folder / "report.html")
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Remember the kit test in progress: a KeyboardInterrupt leaves it set, naming the test it cut."""
+    kit = kit_of(item.config)
+    kit.running = item.nodeid if item.nodeid in kit.selected else None
+    result = yield
+    kit.running = None
+    return result
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item, call):
     """Record each kit test's outcome in the receipt as it lands (a hard kill keeps what landed)."""
@@ -246,6 +259,11 @@ def pytest_runtest_makereport(item, call):
     if isinstance(cause, Blocked):
         kit.blocked[item.nodeid] = cause.as_json()
     entry = _entry(report, _phase(item), kit)
+    if entry is not None and entry["outcome"] == "interrupted":
+        # The backstop fired: something hung past every deadline. The phases after it are not run against
+        # whatever state it left; they read INTERRUPTED (never reached) instead.
+        kit.cut = Cut("timeout_backstop", item.nodeid, _phase(item), entry.pop("detail"))
+        item.session.shouldstop = f"onegpu: {item.nodeid} was cut by the timeout backstop"
     if entry is not None:
         kit.receipt.record_test(item.nodeid, entry)
 
@@ -263,6 +281,10 @@ def _entry(report, phase: str, kit: KitSession) -> dict | None:
         what = "failed" if report.when == "call" else "error"
         crash = getattr(report.longrepr, "reprcrash", None)
         message = crash.message if crash is not None else (report.longreprtext.strip().splitlines() or [""])[-1]
+        detail = timeout_detail(message)
+        if detail is not None:
+            return {**base, "outcome": "interrupted", "when": report.when, "detail": detail,
+                    "message": f"cut by the timeout backstop {detail} while this test ran"}
         return {**base, "outcome": what, "when": report.when, "message": message}
     if report.skipped:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
@@ -277,11 +299,16 @@ def pytest_sessionfinish(session, exitstatus):
     kit = kit_of(session.config)
     if kit.receipt is None:
         return
-    phases = phase_verdicts(kit.receipt.data["tests"])
+    cut = _cut(kit, exitstatus)
+    if cut is not None:
+        for nodeid, entry in unreported(kit.selected, kit.receipt.data["tests"], cut).items():
+            kit.receipt.data["tests"][nodeid] = entry
+        kit.receipt.data["interrupted"] = cut.as_json()
+    phases = phase_verdicts(kit.receipt.data["tests"], phase_progress(kit.receipt.data, kit.run_folder))
     kit.receipt.data["phases"] = phases
     verdict = run_verdict(phases)
-    if exitstatus == pytest.ExitCode.INTERRUPTED:
-        verdict = f"INTERRUPTED before the session finished (Ctrl-C or SIGTERM); what had landed: {verdict}"
+    if exitstatus == pytest.ExitCode.INTERRUPTED and not verdict.startswith("INTERRUPTED"):
+        verdict = f"INTERRUPTED after every kit test had reported (Ctrl-C or SIGTERM); {verdict}"
     kit.receipt.data["verdict"] = verdict
     kit.receipt.data["finished_at"] = now_iso()
     kit.receipt.data["exit_status"] = int(exitstatus)
@@ -294,6 +321,16 @@ def pytest_sessionfinish(session, exitstatus):
     kit.receipt.save()
     refresh_environment(session.config, kit.receipt.data)
     write_share_summary(kit.run_folder, kit.receipt.data)
+
+
+def _cut(kit: KitSession, exitstatus) -> Cut | None:
+    """What cut this session, if anything: the backstop (recorded when it fired), or a KeyboardInterrupt."""
+    if kit.cut is not None:
+        return kit.cut
+    if exitstatus != pytest.ExitCode.INTERRUPTED:
+        return None
+    running = kit.running
+    return Cut("SIGTERM" if GUARD.received else "SIGINT", running, kit.selected.get(running) if running else None)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

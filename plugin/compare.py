@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from .outcomes import gib
 from .receipt import PHASES
+from .verdicts import progress_words
 
 TIMINGS = ("hashing", "probe", "load", "canary", "batch", "serve")
 BOOT_FACTS = ("kv_cache_gib", "kv_cache_tokens", "max_concurrency", "concurrency_tokens", "load_gib", "load_s",
@@ -104,7 +105,8 @@ def identity_lines(a: RunEvidence, b: RunEvidence) -> list[str]:
 
 def _phase_text(p: dict | None) -> str:
     p = p or {}
-    return f"{p.get('verdict', 'NOT RUN')}{' ' + p['code'] if p.get('code') else ''}"
+    done = progress_words(p.get("progress")) if p.get("verdict") == "INTERRUPTED" else ""
+    return f"{p.get('verdict', 'NOT RUN')}{' ' + p['code'] if p.get('code') else ''}{f' ({done})' if done else ''}"
 
 
 def verdict_lines(a: RunEvidence, b: RunEvidence) -> list[str]:

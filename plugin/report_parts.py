@@ -8,7 +8,7 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # terminal colour and cursor seque
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 STATUS_CLASS = {"OK": "og-ok", "PASSED": "og-ok", "BLOCKED": "og-blocked", "UNKNOWN": "og-unknown",
-                "FAILED": "og-bad", "NOT RUN": "og-notrun", "SKIPPED": "og-unknown", "WARNING": "og-blocked"}
+                "FAILED": "og-bad", "INTERRUPTED": "og-bad", "NOT RUN": "og-notrun", "SKIPPED": "og-unknown", "WARNING": "og-blocked"}
 
 # Scoped to .og, plus the page order: pytest-html's own styles stay as they are. The kit's summary comes right
 # after the title, then pytest-html's filters and results table, then its environment table (Python, plugins).
@@ -108,8 +108,8 @@ def absent(receipt: dict, phase: str, what: str = "") -> str:
         text = f"{lead}not run (phase {phase}: {why})"
     elif verdict == "BLOCKED":
         text = f"{lead}not established: phase {phase} BLOCKED {p.get('code')}: {p.get('message')}"
-    elif verdict == "FAILED":
-        text = f"{lead}not established: phase {phase} FAILED: {p.get('message')}"
+    elif verdict in ("FAILED", "INTERRUPTED"):
+        text = f"{lead}not established: phase {phase} {verdict}: {p.get('message')}"
     else:
         text = f"{lead}not recorded (phase {phase}: {verdict})"
     return f'<p class="og-notrun-text">{e(text)}</p>'

@@ -38,7 +38,7 @@ def top(receipt: dict) -> str:
 
 
 def _verdict_class(line: str) -> str:
-    return ("og-bad" if line.startswith("FAILED") else "og-blocked" if line.startswith("BLOCKED")
+    return ("og-bad" if line.startswith(("FAILED", "INTERRUPTED")) else "og-blocked" if line.startswith("BLOCKED")
             else "og-ok" if line.startswith("NO DEFINITE") else "og-plain")
 
 
@@ -59,7 +59,7 @@ def verdict(receipt: dict) -> str:
             for name, p in phases.items()]
     body.append(table(["phase", "verdict", "code", "reason", "tests"], rows, status_col=1))
     blocked: dict[tuple, dict] = {}
-    failed = []
+    failed, cut = [], []
     for nodeid, t in (receipt.get("tests") or {}).items():
         if t.get("outcome") == "blocked":
             entry = blocked.setdefault((t.get("code"), t.get("message")), {"n": 0, "phases": [],
@@ -67,6 +67,8 @@ def verdict(receipt: dict) -> str:
             entry["n"] += 1
             if t.get("phase") not in entry["phases"]:
                 entry["phases"].append(t.get("phase"))
+        elif t.get("outcome") == "interrupted":
+            cut.append(f"<li><b>INTERRUPTED</b> {e(nodeid)}: {e(t.get('message', ''))}</li>")
         elif t.get("outcome") in ("failed", "error"):
             failed.append(f"<li><b>{e(t['outcome'].upper())}</b> {e(nodeid)} ({e(t.get('when', 'call'))}): "
                           f"{e(t.get('message', ''))}</li>")
@@ -82,6 +84,9 @@ def verdict(receipt: dict) -> str:
                          + f'<br><span class="og-note">{e(code)} means: {e(CODES.get(code, "(no description)"))}'
                            "</span></li>")
         body.append("<h4>Blocked reasons, with their numbers</h4><ul>" + "".join(items) + "</ul>")
+    if cut:
+        body.append("<h4>Interrupted: cut while running, or never reached (nothing of these is a result)</h4><ul>"
+                    + "".join(cut) + "</ul>")
     if failed:
         body.append("<h4>Failures (unexpected errors, not blocked outcomes)</h4><ul>" + "".join(failed) + "</ul>")
     return section("verdict", "Verdict", "".join(body))

@@ -26,6 +26,9 @@ class KitSession:
     blocked: dict[str, dict] = field(default_factory=dict)  # nodeid -> Blocked.as_json()
     replayed: bool = False
     synthetic_checkpoint: bool = False
+    selected: dict[str, str] = field(default_factory=dict)  # nodeid -> phase of every kit test that will run
+    running: str | None = None  # the kit test in progress (still set when an interrupt cut it)
+    cut: object | None = None  # interruption.Cut once the timeout backstop cut a test
 
     def show(self, phase: str, line: str) -> None:
         """A fact line for the terminal and the receipt (one per fact, in the order established)."""

@@ -23,20 +23,32 @@ STANDING = ("header bytes are not the loaded footprint: a capacity OK means no d
             "request figures are UNSCORED: counts and transport times, not a score or a benchmark result",
             "only the selected GPU is counted; any other card in the machine is ignored")
 SIMULATED_PREFIX = "GPU SIMULATED:"
+SHARED_VERDICTS = ("PASSED", "BLOCKED", "FAILED", "SKIPPED", "INTERRUPTED")
+CUT_BY = {"SIGINT": "Ctrl-C (SIGINT)", "SIGTERM": "SIGTERM", "timeout_backstop": "the timeout backstop"}
 
 
 def verdict_lines(receipt: dict) -> list[str]:
     """The run's verdict rebuilt from phase codes (the receipt's verdict line holds free text)."""
     phases = _dict(receipt.get("phases"))
     rows = []
+    done: dict[str, str] = {}
     for phase in PHASES:
         p = _dict(phases.get(phase))
-        verdict = p.get("verdict") if p.get("verdict") in ("PASSED", "BLOCKED", "FAILED", "SKIPPED") else "NOT RUN"
+        verdict = p.get("verdict") if p.get("verdict") in SHARED_VERDICTS else "NOT RUN"
         rows.append((phase, verdict, p.get("code") if p.get("code") in CODES else ""))
+        if verdict == "INTERRUPTED":
+            done[phase] = _progress(p.get("progress"))
+    cut = [r[0] for r in rows if r[1] == "INTERRUPTED"]
     failed = [r for r in rows if r[1] == "FAILED"]
     blocked = [r for r in rows if r[1] == "BLOCKED"]
     passed = [r[0] for r in rows if r[1] == "PASSED"]
-    if failed:
+    if cut:
+        by = _dict(receipt.get("interrupted")).get("by")
+        head = (f"**Verdict: INTERRUPTED in phase {cut[0]}**{' (' + done[cut[0]] + ')' if done[cut[0]] else ''}: "
+                f"the session was cut{' by ' + CUT_BY[by] if by in CUT_BY else ''} before it finished"
+                + (f"; also interrupted: {', '.join(cut[1:])}" if cut[1:] else "")
+                + "; nothing of an interrupted phase is a result")
+    elif failed:
         head = f"**Verdict: FAILED in phase {failed[0][0]}** (an unexpected error; see the private report)"
     elif blocked:
         phase, _, code = blocked[0]
@@ -46,7 +58,16 @@ def verdict_lines(receipt: dict) -> list[str]:
                 "fits or runs)")
     else:
         head = "**Verdict: NOTHING RAN** (or the session did not finish)"
-    return [head, "", "| phase | verdict | code |", "|---|---|---|", *(f"| {p} | {v} | {c} |" for p, v, c in rows)]
+    return [head, "", "| phase | verdict | code |", "|---|---|---|",
+            *(f"| {p} | {v}{' (' + done[p] + ')' if done.get(p) else ''} | {c} |" for p, v, c in rows)]
+
+
+def _progress(p) -> str:
+    """"10 of 50 answered" from numbers only (the unit is the kit's own word, checked)."""
+    p = _dict(p)
+    if isinstance(p.get("done"), int) and isinstance(p.get("of"), int) and p.get("unit") == "answered":
+        return f"{p['done']} of {p['of']} answered"
+    return ""
 
 
 def _banners(receipt: dict) -> list[str]:

@@ -9,6 +9,7 @@ operator's approval does.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -153,7 +154,8 @@ def test_pytest_timeout_mid_boot_still_removes_the_container(docker_client, tmp_
     out = finish(session(project, "runs/slow", {"STUB_BOOT_DELAY_S": "120"}, "--timeout", "6"))
     receipt = receipt_of(project, "runs/slow")
     load = [e for n, e in receipt["tests"].items() if n.endswith("test_engine_is_ready_within_the_boot_deadline")][0]
-    assert load["outcome"] == "error" and load["when"] == "setup" and "Timeout (>6.0s) from pytest-timeout" in out
+    assert load["outcome"] == "interrupted" and load["when"] == "setup" and "Timeout (>6.0s) from pytest-timeout" in out
+    assert receipt["phases"]["load"]["verdict"] == "INTERRUPTED" and receipt["phases"]["canary"]["verdict"] == "INTERRUPTED"
     assert receipt["engine"]["end"]["removed"] and receipt["engine"]["end"]["state_at_end"]["status"] == "running"
     assert kit_containers(docker_client, "slow") == []
 
@@ -247,3 +249,53 @@ def test_sigkill_leaves_the_container_for_the_next_session_which_removes_it(dock
         finally:
             for c in kit_containers(docker_client, f"killed{attempt}") + [foreign]:
                 c.remove(force=True)
+
+
+def add_batch(project: Path, n: int) -> list[str]:
+    """A frozen request file of n chat requests and its protocol in the project; the session's extra options."""
+    from tests_offline.request_corpus import chat_line, jsonl, legacy_protocol
+
+    model = json.loads((project / "s.json").read_text())["model_id"]
+    requests = jsonl(*(chat_line(f"r{i:02d}", model=model, temperature=i / 100) for i in range(n)))
+    (project / "r.jsonl").write_bytes(requests)
+    protocol = legacy_protocol(context=json.loads((project / "s.json").read_text())["context_tokens"],
+                               requests_sha256=hashlib.sha256(requests).hexdigest())
+    (project / "p.json").write_text(json.dumps(protocol))
+    return ["--requests=r.jsonl", "--protocol=p.json"]
+
+
+def answered(folder: Path) -> int:
+    try:
+        return (folder / "responses.jsonl").read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def test_sigterm_mid_batch_reads_interrupted_with_what_was_answered_everywhere(docker_client, tmp_path, stub_tag):
+    project = make_project(tmp_path / "p", stub_tag)
+    extra = add_batch(project, 50)
+    proc = session(project, "runs/cut", {"STUB_RESPONSE_DELAY_S": "0.2"}, *extra)
+    folder = project / "runs" / "cut"
+    try:
+        wait_for(lambda: answered(folder) >= 10, 180, "10 batch answers")
+        proc.send_signal(signal.SIGTERM)
+        out = finish(proc, 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    receipt = receipt_of(project, "runs/cut")
+    done = answered(folder)
+    assert 10 <= done < 50
+    batch = receipt["phases"]["batch"]
+    assert batch["verdict"] == "INTERRUPTED", (out, batch)
+    assert batch["progress"] == {"done": done, "of": 50, "unit": "answered"}
+    assert batch["message"] == f"{done} of 50 answered; cut by SIGTERM while this test ran"
+    assert receipt["phases"]["canary"]["verdict"] == "PASSED"
+    assert receipt["verdict"].startswith(f"INTERRUPTED in phase batch: {done} of 50 answered")
+    assert f"  batch    INTERRUPTED: {done} of 50 answered" in out and "batch    PASSED" not in out
+    share = (folder / "summary-share.md").read_text()
+    assert f"**Verdict: INTERRUPTED in phase batch** ({done} of 50 answered)" in share
+    assert "NO DEFINITE FAILURE" not in share and "| batch | PASSED" not in share
+    assert f"INTERRUPTED in phase batch: {done} of 50 answered" in (folder / "report.html").read_text()
+    assert receipt["engine"]["end"]["removed"] and kit_containers(docker_client, "cut") == []
