@@ -89,6 +89,9 @@ class LaunchSpec:
     init: bool = True  # docker-init as PID 1 forwards the stop signal and reaps the engine's workers
     model_arg: str = MODEL_MOUNT
     notes: list[str] = field(default_factory=list)
+    # What the engine computes on: "cuda", the product path (one NVIDIA GPU). "cpu" is vLLM's CPU build, the
+    # real-engine double of the kit's own tests; the probe then demands vLLM's CPU platform and no CUDA device.
+    engine_platform: str = "cuda"
 
     def flags_used(self) -> list[str]:
         """The vllm serve flags the command uses, in order (what the runtime probe checks)."""
@@ -169,6 +172,8 @@ class LaunchSpec:
             f"image      {self.image_id}" + (" (by ID; never pulled)" if self.image_id.startswith("sha256:")
                                               else " (a reference: resolved to its ID at approval; never pulled)"),
             f"gpu        {self.gpu_uuid or 'none (no GPU device request)'}",
+            *([f"engine     vLLM's CPU build (the kit's real-engine test double, not the product path: one NVIDIA "
+               "GPU)"] if self.engine_platform == "cpu" else []),
             f"network    {self.network_mode}",
             f"user       {self.user} (tmpfs HOME {ENGINE_HOME})",
             f"memory     RAM cap {gib(self.mem_limit_bytes)} ({self.mem_limit_bytes:,} bytes), memory+swap "

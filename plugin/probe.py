@@ -22,12 +22,18 @@ HELP_TIMEOUT_S = 120
 # device count, and the help texts; the host does the judging (plugin.probe_parse).
 PROBE_SCRIPT = f"""
 import json, shutil, subprocess, sys
-out = {{"errors": [], "vllm_version": None, "torch_version": None, "cuda_device_count": None, "help": {{}}}}
+out = {{"errors": [], "vllm_version": None, "torch_version": None, "cuda_device_count": None, "platform": None,
+       "help": {{}}}}
 try:
     import vllm
     out["vllm_version"] = str(getattr(vllm, "__version__", "unknown"))
 except Exception as exc:
     out["errors"].append("import vllm: %s: %s" % (type(exc).__name__, exc))
+try:
+    from vllm.platforms import current_platform
+    out["platform"] = str(current_platform.device_type)
+except Exception as exc:
+    out["platform_error"] = "%s: %s" % (type(exc).__name__, exc)
 try:
     import torch
     out["torch_version"] = str(torch.__version__)
@@ -96,7 +102,7 @@ def run_probe(client, spec: LaunchSpec, timeout_s: float = PROBE_TIMEOUT_S) -> t
             raise Blocked("RUNTIME_INCOMPATIBLE", f"the probe container (python3 in the image) exited "
                           f"{status.get('StatusCode')} without a result; last output: {tail[-800:]!r}",
                           {"exit_code": status.get("StatusCode")}) from None
-        facts = judge_probe(result, spec.flags_used())
+        facts = judge_probe(result, spec.flags_used(), spec.engine_platform)
         return facts, time.monotonic() - started
     finally:
         _remove(client, container, f"{spec.name}-probe")

@@ -29,6 +29,8 @@ class ProbeFacts:
     flags_checked: list[str]
     missing_flags: list[str]
     errors: list[str] = field(default_factory=list)
+    platform: str | None = None  # vLLM's own platform detection in the image ("cuda", "cpu"), where it says
+    expected_platform: str = "cuda"
 
 
 def flags_in_help(text: str) -> set[str]:
@@ -54,8 +56,12 @@ def parse_probe_output(stdout: str) -> dict:
     raise ValueError("the probe printed no result line")
 
 
-def judge_probe(result: dict, flags_used: list[str]) -> ProbeFacts:
-    """Probe facts from the parsed result; raises Blocked RUNTIME_INCOMPATIBLE naming what is wrong."""
+def judge_probe(result: dict, flags_used: list[str], expected_platform: str = "cuda") -> ProbeFacts:
+    """Probe facts from the parsed result; raises Blocked RUNTIME_INCOMPATIBLE naming what is wrong.
+
+    expected_platform "cuda" (the product) demands exactly one CUDA device; "cpu" (vLLM's CPU build, the kit's
+    real-engine double) demands vLLM's CPU platform and no CUDA device.
+    """
     errors = list(result.get("errors") or [])
     helps = result.get("help") or {}
     known: set[str] = set()
@@ -71,7 +77,8 @@ def judge_probe(result: dict, flags_used: list[str]) -> ProbeFacts:
     facts = ProbeFacts(
         vllm_version=result.get("vllm_version"), torch_version=result.get("torch_version"),
         cuda_device_count=result.get("cuda_device_count"), help_modes=modes, flags_known=len(known),
-        flags_checked=wanted, missing_flags=missing, errors=errors,
+        flags_checked=wanted, missing_flags=missing, errors=errors, platform=result.get("platform"),
+        expected_platform=expected_platform,
     )
     numbers = {"vllm_version": facts.vllm_version, "torch_version": facts.torch_version,
                "cuda_device_count": facts.cuda_device_count}
@@ -87,6 +94,12 @@ def judge_probe(result: dict, flags_used: list[str]) -> ProbeFacts:
                       f"{', '.join(missing)} the launch uses" + (" (--uds needs vLLM >= 0.10.1)"
                                                                  if "--uds" in missing else ""),
                       {**numbers, "missing_flags": missing})
+    if expected_platform == "cpu":
+        if facts.platform != "cpu" or facts.cuda_device_count:
+            raise Blocked("RUNTIME_INCOMPATIBLE", f"the launch asks for vLLM's CPU build, but vLLM in the image "
+                          f"detects platform {facts.platform!r} and torch sees {facts.cuda_device_count} CUDA "
+                          "device(s)", {**numbers, "platform": facts.platform})
+        return facts
     if facts.cuda_device_count != 1:
         raise Blocked("RUNTIME_INCOMPATIBLE", f"torch {facts.torch_version} in the container sees "
                       f"{facts.cuda_device_count} CUDA devices; exactly 1 (the selected GPU) is required", numbers)
@@ -95,5 +108,7 @@ def judge_probe(result: dict, flags_used: list[str]) -> ProbeFacts:
 
 def describe(facts: ProbeFacts) -> str:
     """One line for the terminal and the receipt."""
-    return (f"vLLM {facts.vllm_version}, torch {facts.torch_version}, {facts.cuda_device_count} CUDA device; "
+    devices = (f"vLLM's CPU platform, {facts.cuda_device_count} CUDA devices" if facts.expected_platform == "cpu"
+               else f"{facts.cuda_device_count} CUDA device")
+    return (f"vLLM {facts.vllm_version}, torch {facts.torch_version}, {devices}; "
             f"all {len(facts.flags_checked)} launch flags known to `vllm serve` ({facts.flags_known} flags listed)")

@@ -78,6 +78,9 @@ def _banners(receipt: dict) -> list[str]:
     if _dict(receipt.get("checkpoint")).get("synthetic") is True:
         out.append("**CHECKPOINT IS SYNTHETIC**: header-only shards with no weights; the numbers are about its "
                    "layout, and nothing could be loaded from it.")
+    if _dict(receipt.get("launch")).get("engine_platform") == "cpu":
+        out.append("**CPU ENGINE DOUBLE**: the engine was vLLM's CPU build, a test of the kit against the real "
+                   "engine on a tiny model; no figure of this run says anything of a GPU.")
     if any(isinstance(b, str) and b.startswith(SIMULATED_PREFIX) for b in receipt.get("banners") or []):
         out.append("**GPU SIMULATED**: a test of the kit against a stub engine, not a model.")
     return out

@@ -30,3 +30,12 @@ def kit_project(pytester):
     shutil.copy(REPO_ROOT / "conftest.py", pytester.path / "conftest.py")
     (pytester.path / "tests_hw").mkdir()
     return pytester
+
+
+@pytest.fixture(scope="session")
+def stub_tag(docker_client) -> str:
+    """The stub engine image, built (or found) by content hash: its tag."""
+    from tests_offline.stub_engine.build import ensure_stub_image, stub_tag
+
+    ensure_stub_image(docker_client)
+    return stub_tag()

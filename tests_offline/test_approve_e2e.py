@@ -9,96 +9,17 @@ operator's approval does.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
 import signal
 import stat
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
-import pytest
+from tests_offline.e2e.harness import add_batch, finish, make_project, outcomes, receipt_of, session
 
-from tests_offline.synth import SYNTHETIC_METADATA, write_checkpoint
-
-REPO = Path(__file__).resolve().parents[1]
-HERE = Path(__file__).resolve().parent
-NVML_RECORD = HERE / "data" / "nvml" / "h200-nvidia-smi-q.json"
-GPU_ELEMENT_TEST = "tests_hw/test_2_plan_launch.py::test_launch_plan_has_every_element_of_the_engine_container"
-LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2,
-         "num_attention_heads": 8, "num_key_value_heads": 2, "hidden_size": 512, "intermediate_size": 1024,
-         "vocab_size": 4096, "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}
-
-
-def llama_tensors() -> dict:
-    t = {"model.embed_tokens.weight": ("BF16", [4096, 512]), "model.norm.weight": ("BF16", [512]),
-         "lm_head.weight": ("BF16", [4096, 512])}
-    for i in range(2):
-        p = f"model.layers.{i}."
-        for name, shape in (("self_attn.q_proj", [512, 512]), ("self_attn.k_proj", [128, 512]),
-                            ("self_attn.v_proj", [128, 512]), ("self_attn.o_proj", [512, 512]),
-                            ("mlp.gate_proj", [1024, 512]), ("mlp.up_proj", [1024, 512]),
-                            ("mlp.down_proj", [512, 1024])):
-            t[p + name + ".weight"] = ("BF16", shape)
-        t[p + "input_layernorm.weight"] = ("BF16", [512])
-        t[p + "post_attention_layernorm.weight"] = ("BF16", [512])
-    return t
-
-
-@pytest.fixture(scope="module")
-def stub_tag(docker_client) -> str:
-    from tests_offline.stub_engine.build import ensure_stub_image, stub_tag
-
-    ensure_stub_image(docker_client)
-    return stub_tag()
-
-
-def make_project(root: Path, stub_tag: str) -> Path:
-    """A kit project like the repo root: pytest.ini, conftest.py, the real tests_hw, the simulation conftest."""
-    root.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "pytest.ini", root / "pytest.ini")
-    shutil.copy(REPO / "conftest.py", root / "conftest.py")
-    shutil.copytree(REPO / "tests_hw", root / "tests_hw", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(HERE / "e2e" / "conftest_simulated_gpu.py", root / "tests_hw" / "conftest.py")
-    ckpt = write_checkpoint(root / "ckpt", LLAMA, llama_tensors(), shards=2, metadata=SYNTHETIC_METADATA)
-    settings = {"schema": "onegpu/settings@1", "model_id": "stub-org/e2e-model", "model_revision": "e" * 40,
-                "model_path": str(ckpt), "image": stub_tag, "gpu": 0, "context_tokens": 8192,
-                "prefill_chunk_tokens": 2048, "cpu_offload_gib": 0, "container_ram_gib": 9,
-                "host_headroom_gib": 1, "deadline_s": 600, "boot_deadline_s": 60, "shm_gib": 0.25,
-                "pids_limit": 512}
-    (root / "s.json").write_text(json.dumps(settings))
-    # The recorded H200 answers, under a GPU UUID of this project's own: concurrent test runs on one machine
-    # would otherwise share the per-GPU lock (which then rightly refuses the second one).
-    record = json.loads(NVML_RECORD.read_text())
-    record["raw"]["devices"][0]["uuid"] = f"GPU-{uuid.uuid4()}"
-    (root / "nvml-record.json").write_text(json.dumps(record))
-    return root
-
-
-def session(project: Path, out: str, stub_env: dict | None = None, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "ONEGPU_E2E_NVML_RECORD": str(project / "nvml-record.json"),
-           "ONEGPU_E2E_STUB_ENV": json.dumps(stub_env or {})}
-    env.pop("PYTEST_ADDOPTS", None)
-    argv = [sys.executable, "-m", "pytest", "-m", "approve_load", "--settings", "s.json", "--out", out,
-            "--deselect", GPU_ELEMENT_TEST, "-p", "no:randomly", "-rA", *extra]
-    return subprocess.Popen(argv, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def finish(proc: subprocess.Popen, timeout_s: float = 300) -> str:
-    out, _ = proc.communicate(timeout=timeout_s)
-    return out
-
-
-def receipt_of(project: Path, out: str) -> dict:
-    return json.loads((project / out / "receipt.json").read_text())
-
-
-def outcomes(receipt: dict) -> dict:
-    return {nodeid.split("::")[-1]: entry["outcome"] for nodeid, entry in receipt["tests"].items()}
+# The throwaway project and its sessions are tests_offline/e2e/harness.py's (the stub engine seam); the image
+# comes from the `stub_tag` fixture of tests_offline/conftest.py.
 
 
 def kit_containers(client, run_id: str) -> list:
@@ -249,19 +170,6 @@ def test_sigkill_leaves_the_container_for_the_next_session_which_removes_it(dock
         finally:
             for c in kit_containers(docker_client, f"killed{attempt}") + [foreign]:
                 c.remove(force=True)
-
-
-def add_batch(project: Path, n: int) -> list[str]:
-    """A frozen request file of n chat requests and its protocol in the project; the session's extra options."""
-    from tests_offline.request_corpus import chat_line, jsonl, legacy_protocol
-
-    model = json.loads((project / "s.json").read_text())["model_id"]
-    requests = jsonl(*(chat_line(f"r{i:02d}", model=model, temperature=i / 100) for i in range(n)))
-    (project / "r.jsonl").write_bytes(requests)
-    protocol = legacy_protocol(context=json.loads((project / "s.json").read_text())["context_tokens"],
-                               requests_sha256=hashlib.sha256(requests).hexdigest())
-    (project / "p.json").write_text(json.dumps(protocol))
-    return ["--requests=r.jsonl", "--protocol=p.json"]
 
 
 def answered(folder: Path) -> int:

@@ -21,7 +21,7 @@ from plugin.sampler import Sampler
 from plugin.settings import parse_settings
 from tests_offline.conftest import PROFILES, REPO_ROOT
 from tests_offline.synth import SYNTHETIC_METADATA, write_checkpoint
-from tests_offline.test_approve_e2e import LLAMA, llama_tensors
+from tests_offline.e2e.harness import LLAMA, llama_tensors
 from tests_offline.test_plan import engine_images  # noqa: F401  (a fixture: two tiny local images)
 
 GIB, MIB = 2**30, 2**20

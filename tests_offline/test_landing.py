@@ -18,7 +18,7 @@ from plugin.kvcache import kv_cache_estimate
 from plugin.landing import landing_lines, landing_record, projection_from_plan
 from tests_offline.conftest import PROFILES, REPO_ROOT
 from tests_offline.synth import SYNTHETIC_METADATA, write_checkpoint
-from tests_offline.test_approve_e2e import finish, make_project, receipt_of, session, stub_tag  # noqa: F401
+from tests_offline.e2e.harness import finish, make_project, receipt_of, session
 from tests_offline.test_calibrate import FakeNvml, nvml_sample
 from tests_offline.test_capacity import (LLAMA_CONFIG, checkpoint_facts, gpu_device, host, layers_table,
                                          settings_with)

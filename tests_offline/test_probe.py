@@ -7,7 +7,7 @@ import pytest
 from plugin.launch import LABEL_ROLE
 from plugin.outcomes import Blocked
 from plugin.probe import probe_create_kwargs, run_probe
-from plugin.probe_parse import PROBE_MARKER, flags_in_help, judge_probe, parse_probe_output
+from plugin.probe_parse import PROBE_MARKER, describe, flags_in_help, judge_probe, parse_probe_output
 from tests_offline.engine_helpers import make_spec, stub_image  # noqa: F401  (fixture)
 
 # vLLM 0.22's `vllm serve --help=all` (argparse layout, long descriptions wrapped by the terminal width).
@@ -124,8 +124,8 @@ FLAGS = ["--served-model-name", "--uds", "--tensor-parallel-size", "--pipeline-p
          "--enforce-eager", "--cpu-offload-gb"]
 
 
-def result(version="0.11.0", devices=1, helps=None, errors=()):
-    return {"vllm_version": version, "torch_version": "2.8.0", "cuda_device_count": devices,
+def result(version="0.11.0", devices=1, helps=None, errors=(), platform="cuda"):
+    return {"vllm_version": version, "torch_version": "2.8.0", "cuda_device_count": devices, "platform": platform,
             "help": helps if helps is not None else {"--help=all": {"exit_code": 0, "text": HELP_ALL_0_22}},
             "errors": list(errors)}
 
@@ -171,6 +171,17 @@ def test_device_count_other_than_one_is_incompatible():
         with pytest.raises(Blocked, match=f"sees {count} CUDA devices") as exc:
             judge_probe(result(devices=count), FLAGS)
         assert exc.value.code == "RUNTIME_INCOMPATIBLE"
+
+
+def test_the_cpu_build_double_passes_only_on_vllms_cpu_platform_without_cuda_devices():
+    facts = judge_probe(result(devices=0, platform="cpu"), FLAGS, "cpu")
+    assert facts.platform == "cpu" and "vLLM's CPU platform, 0 CUDA devices" in describe(facts)
+    for devices, platform in ((0, "cuda"), (1, "cpu"), (0, None)):
+        with pytest.raises(Blocked, match="asks for vLLM's CPU build") as exc:
+            judge_probe(result(devices=devices, platform=platform), FLAGS, "cpu")
+        assert exc.value.code == "RUNTIME_INCOMPATIBLE"
+    with pytest.raises(Blocked, match="sees 0 CUDA devices"):  # the product path never takes the CPU build
+        judge_probe(result(devices=0, platform="cpu"), FLAGS)
 
 
 def test_no_vllm_package_or_no_help_is_incompatible():

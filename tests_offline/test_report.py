@@ -72,7 +72,7 @@ class RealRuns:
 
     def __init__(self, base: Path):
         from tests_offline.stub_engine.build import stub_tag
-        from tests_offline.test_approve_e2e import make_project
+        from tests_offline.e2e.harness import make_project
 
         self.project = base / PROJECT_NAME
         if not (self.project / "s.json").exists():
@@ -274,7 +274,7 @@ def test_a_boot_failure_shows_its_code_and_the_escaped_log_tail(real_runs):
 def test_replayed_and_synthetic_banners_are_on_top(tmp_path):
     """A replayed scan of the shipped research profile with a synthetic checkpoint, in-process."""
     from tests_offline.synth import SYNTHETIC_METADATA, write_checkpoint
-    from tests_offline.test_approve_e2e import LLAMA, llama_tensors
+    from tests_offline.e2e.harness import LLAMA, llama_tensors
 
     ckpt = write_checkpoint(tmp_path / "ckpt", LLAMA, llama_tensors(), shards=1, metadata=SYNTHETIC_METADATA)
     settings = {"schema": "onegpu/settings@1", "model_id": MODEL, "model_revision": "e" * 40,

@@ -25,7 +25,7 @@ import pytest
 from plugin.report_summary import sections
 from tests_offline.conftest import PROFILES, REPO_ROOT
 from tests_offline.synth import SYNTHETIC_METADATA, write_checkpoint
-from tests_offline.test_approve_e2e import LLAMA, llama_tensors
+from tests_offline.e2e.harness import LLAMA, llama_tensors
 from tests_offline.test_capacity import LLAMA_CONFIG, layers_table
 from tests_offline.test_landing import ENGINE_CONFTEST
 from tests_offline.tiny_image import tiny_rootfs

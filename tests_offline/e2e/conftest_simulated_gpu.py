@@ -33,15 +33,20 @@ BANNER = ("GPU SIMULATED: GPU facts come from recorded NVML answers of an H200 a
 
 @pytest.fixture(scope="session")
 def hardware(hardware, kit):
+    return simulate_gpu(hardware, kit, BANNER)
+
+
+def simulate_gpu(hardware, kit, banner: str):
+    """The live facts with the recorded H200 as the GPU, written to the run folder and receipt with `banner`."""
     recorded = json.loads(RECORDED_NVML.read_text())["raw"]
     docker = dataclasses.replace(hardware.docker, cdi_gpu_devices=["nvidia.com/gpu=0 (simulated)"])
     simulated = dataclasses.replace(hardware, gpu=gpu_facts_from_raw(recorded), docker=docker,
-                                    notes=[*hardware.notes, BANNER])
+                                    notes=[*hardware.notes, banner])
     data = facts_to_json(simulated)
     write_json(kit.run_folder / "hardware.json", data)
     kit.receipt.set("hardware", data)
-    kit.receipt.set("banners", [*kit.receipt.data.get("banners", []), BANNER])
-    kit.receipt.limitation(BANNER)
+    kit.receipt.set("banners", [*kit.receipt.data.get("banners", []), banner])
+    kit.receipt.limitation(banner)
     return simulated
 
 

@@ -61,7 +61,7 @@ def main() -> None:
     import docker
 
     from tests_offline.stub_engine.build import ensure_stub_image, stub_tag
-    from tests_offline.test_approve_e2e import finish, make_project, session
+    from tests_offline.e2e.harness import finish, make_project, session
 
     client = docker.from_env()
     ensure_stub_image(client)
