@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -21,9 +18,9 @@ import pytest
 from plugin.serve_window import ServeWindow
 from plugin.transport_log import read_entries
 from tests_offline.docker_required import ci_demands_docker
+from tests_offline.lm_eval_driver import DATA, run_lm_eval
 from tests_offline.stub_serving import stub_serving
 
-DATA = Path(__file__).parent / "data" / "lm_eval_adapter_smoke"
 STUB_ENV = {"STUB_TOKEN_DELAY_S": 0.05, "STUB_ANSWER_TOKENS": 64}
 DIGEST = re.compile(r"sha256=([0-9a-f]{64})")
 
@@ -169,13 +166,6 @@ def test_openai_sdk_with_a_wrong_key_is_refused(connection):
         client.models.list()
 
 
-def write_task(folder: Path) -> Path:
-    """The smoke task's YAML with the absolute path of its local documents."""
-    text = (DATA / "task.yaml.in").read_text().replace("@DOCS@", str(DATA / "docs.jsonl"))
-    (folder / "onegpu_adapter_smoke.yaml").write_text(text)
-    return folder
-
-
 def write_tokenizer(folder: Path) -> Path:
     """A tiny word-level tokenizer saved as a local folder transformers can load (nothing downloaded)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -192,28 +182,6 @@ def write_tokenizer(folder: Path) -> Path:
     (folder / "tokenizer_config.json").write_text(json.dumps(
         {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<eos>", "unk_token": "[UNK]"}))
     return folder
-
-
-# lm-eval's own entry point with its built-in task index left out (indexing ~200 task folders costs
-# ~11 s per run here); the model, task and request path are the ones `lm_eval --model local-completions` uses.
-DRIVER = """
-import json, sys
-from lm_eval import simple_evaluate
-from lm_eval.tasks import TaskManager
-out = simple_evaluate(model="local-completions", model_args=sys.argv[1], tasks=["onegpu_adapter_smoke"],
-                      task_manager=TaskManager(include_path=sys.argv[2], include_defaults=False), log_samples=True)
-print(json.dumps([s["resps"][0][0] for s in out["samples"]["onegpu_adapter_smoke"]]))
-"""
-
-
-def run_lm_eval(connection, tmp_path: Path, model_args: str, base_path: str = "/v1/completions"):
-    """lm-eval in a child process, offline: no Hub access, caches inside tmp_path."""
-    env = {**os.environ, "OPENAI_API_KEY": connection["api_key"], "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HOME": str(tmp_path / "hf"),
-           "TOKENIZERS_PARALLELISM": "false"}
-    model = f"base_url={connection['url']}{base_path},model={connection['model']},{model_args}"
-    return subprocess.run([sys.executable, "-c", DRIVER, model, str(write_task(tmp_path))], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.parametrize("tokenizer", ["none", "local path"])
