@@ -22,6 +22,7 @@ from .interrupts import GUARD
 from .launch import LABEL_OWNER_PID, LABEL_RUN_ID, LaunchSpec
 from .outcomes import Blocked, gib
 from .probe import gpu_handoff_refused
+from .reaper import Reaper
 from .receipt import now_iso
 from .rundir import write_private
 from .sampler import Sampler
@@ -86,6 +87,7 @@ class Engine:
         self.sampler: Sampler | None = None
         self._started_wall: float | None = None
         self.failure: dict | None = None  # a boot failure's code, state and log tail (evidence)
+        self._reaper: Reaper | None = None
 
     # -- launch ---------------------------------------------------------------------------------------
     def launch(self) -> EngineHandle:
@@ -100,9 +102,11 @@ class Engine:
             self._remove_half_created()  # an interrupt can land after the daemon created it
             raise
         try:
+            # From here on a watcher removes the container if this process dies without doing it itself.
+            self._reaper = Reaper.start(self.container.id, self.log_path.parent)
             self.handle.container_id = self.container.id
             self.record(container_id=self.container.id, name=self.spec.name, created_at=now_iso(),
-                        log=self.log_path.name)
+                        log=self.log_path.name, reaper_pid=self._reaper.proc.pid)
             t0 = time.monotonic()
             try:
                 self.container.start()
@@ -233,6 +237,8 @@ class Engine:
                 except BaseException as exc:  # a timeout or signal mid-teardown must not skip the removal
                     pending = pending or exc
             self.record(end={k: v for k, v in self.final.items() if k != "log_text"})
+            if self._reaper is not None and self.final.get("removed"):
+                self._reaper.release()
         if pending is not None:
             raise pending
         if not self.final.get("removed"):

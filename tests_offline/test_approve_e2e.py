@@ -10,11 +10,14 @@ operator's approval does.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import stat
 import time
 import uuid
 from pathlib import Path
+
+import pytest
 
 from tests_offline.e2e.harness import add_batch, finish, make_project, outcomes, receipt_of, session
 
@@ -126,49 +129,122 @@ def test_sigterm_mid_boot_removes_the_container_at_once_and_a_second_session_is_
     print(f"container removed {gone_after:.2f} s after SIGTERM")
 
 
-def sigkill_then_next_session(docker_client, project, attempt: int):
-    """SIGKILL a session mid-boot, start a foreign container, run the next session; (killed, foreign, receipt)."""
-    proc = session(project, f"runs/killed{attempt}", {"STUB_BOOT_DELAY_S": "120"})
-    try:
-        container = wait_for(lambda: engine_container(docker_client, f"killed{attempt}"), 120,
-                             "the engine container to run")
-        proc.send_signal(signal.SIGKILL)  # nothing of the session runs any more
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    time.sleep(1)
-    assert docker_client.containers.get(container.id).status == "running"  # left behind
-    # A container the kit did not create, from the same image: no kit label.
-    foreign = docker_client.containers.create(
+def foreign_container(client, project: Path):
+    """A running container the kit did not create, from the same image: no kit label."""
+    foreign = client.containers.create(
         json.loads((project / "s.json").read_text())["image"],
         entrypoint=["python3"], command=["-c", "import time; time.sleep(300)"], network_mode="none",
         labels={"onegpu.test": "1", "onegpu.test_case": uuid.uuid4().hex}, name=f"foreign-{uuid.uuid4().hex[:8]}")
     foreign.start()
-    finish(session(project, f"runs/next{attempt}"))
-    return container, foreign, receipt_of(project, f"runs/next{attempt}")
+    return foreign
 
 
-def test_sigkill_leaves_the_container_for_the_next_session_which_removes_it(docker_client, tmp_path, stub_tag):
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def ready_window(folder: Path) -> bool:
+    try:
+        return json.loads((folder / "connection-private.json").read_text()).get("state") == "READY"
+    except (FileNotFoundError, ValueError):
+        return False
+
+
+# Where a session is SIGKILLed: mid-boot, mid-batch (3 of 40 answered), and with its serve window READY.
+KILL_POINTS = {
+    "load": ({"STUB_BOOT_DELAY_S": "120"}, "approve_load", 0, lambda folder: False),
+    "batch": ({"STUB_RESPONSE_DELAY_S": "0.3"}, "approve_load", 40, lambda folder: answered(folder) >= 3),
+    "window": ({}, "approve_load and serve", 0, ready_window),
+}
+
+
+@pytest.mark.parametrize("stage", sorted(KILL_POINTS))
+def test_sigkill_the_reaper_removes_the_engine_within_15_s_and_says_closed(docker_client, tmp_path, stub_tag, stage):
+    engine_env, mark, batch, reached = KILL_POINTS[stage]
+    project = make_project(tmp_path / "p", stub_tag)
+    extra = add_batch(project, batch) if batch else []
+    run = f"kill-{stage}"
+    folder = project / "runs" / run
+    foreign = foreign_container(docker_client, project)
+    proc = session(project, f"runs/{run}", engine_env, *extra, mark=mark)
+    try:
+        container = wait_for(lambda: engine_container(docker_client, run), 120, "the engine container to run")
+        if stage != "load":
+            wait_for(lambda: reached(folder), 120, f"the session to reach its {stage}")
+        proc.send_signal(signal.SIGKILL)  # nothing of the session runs any more
+        killed = time.monotonic()
+        proc.wait(timeout=30)
+        wait_for(lambda: not kit_containers(docker_client, run), 15, "the engine container to be removed")
+        gone_after = time.monotonic() - killed
+        receipt = receipt_of(project, f"runs/{run}")
+        end = receipt["engine"]["end"]
+        # Another kit session sharing this daemon may sweep the dead owner's container first: both are fine.
+        assert end["removed"] and end["removed_by"] in ("reaper", "someone else before the reaper (it was gone)")
+        assert receipt["reaper"]["closed"] and "pid %d" % proc.pid in receipt["reaper"]["reason"]
+        assert receipt["verdict"].startswith("INTERRUPTED: the session never finished")
+        assert receipt["engine"]["container_id"] == container.id
+        if stage == "window":
+            doc = json.loads((folder / "connection-private.json").read_text())
+            assert doc["state"] == "CLOSED" and "pid %d" % proc.pid in doc["closed_reason"]
+        wait_for(lambda: not pid_alive(receipt["engine"]["reaper_pid"]), 10, "the reaper to exit")
+        foreign.reload()
+        assert foreign.status == "running"  # never touched
+        print(f"{stage}: container removed {gone_after:.2f} s after SIGKILL")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for c in kit_containers(docker_client, run) + [foreign]:
+            c.remove(force=True)
+
+
+def test_a_reaper_exits_with_its_container_and_a_normal_session_releases_it(docker_client, tmp_path, stub_tag):
+    project = make_project(tmp_path / "p", stub_tag)
+    out = finish(session(project, "runs/normal"))
+    receipt = receipt_of(project, "runs/normal")
+    assert receipt["phases"]["load"]["verdict"] == "PASSED", out
+    assert "reaper" not in receipt and receipt["engine"]["end"]["removed"]
+    assert not pid_alive(receipt["engine"]["reaper_pid"])
+
+
+def test_when_the_reaper_is_killed_too_the_next_session_removes_the_leftover(docker_client, tmp_path, stub_tag):
     project = make_project(tmp_path / "p", stub_tag)
     for attempt in (1, 2):
-        container, foreign, receipt = sigkill_then_next_session(docker_client, project, attempt)
+        run = f"killed{attempt}"
+        proc = session(project, f"runs/{run}", {"STUB_BOOT_DELAY_S": "120"})
+        foreign = None
         try:
+            container = wait_for(lambda: engine_container(docker_client, run), 120, "the engine container to run")
+            reaper_pid = receipt_of(project, f"runs/{run}")["engine"]["reaper_pid"]
+            os.kill(reaper_pid, signal.SIGKILL)  # both gone: the machine's own last line of defence is next
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+            time.sleep(1)
+            assert docker_client.containers.get(container.id).status == "running"  # left behind
+            foreign = foreign_container(docker_client, project)
+            finish(session(project, f"runs/next{attempt}"))
+            receipt = receipt_of(project, f"runs/next{attempt}")
             rows = {r["name"]: r for r in receipt["leftovers"]["containers"]}
-            if container.name not in rows and kit_containers(docker_client, f"killed{attempt}") == [] and attempt == 1:
+            if container.name not in rows and kit_containers(docker_client, run) == [] and attempt == 1:
                 continue  # another kit session on this machine started in between and swept it first: retry once
             assert rows[container.name]["removed"] and rows[container.name]["owner_dead"], rows
             assert "is gone" in rows[container.name]["why"]
             assert foreign.name not in rows
-            assert kit_containers(docker_client, f"killed{attempt}") == []
+            assert kit_containers(docker_client, run) == []
             foreign.reload()
             assert foreign.status == "running"  # never touched
             assert receipt["phases"]["load"]["verdict"] == "PASSED"
             assert any(container.name in line for line in receipt["shown"]["probe"])
             return
         finally:
-            for c in kit_containers(docker_client, f"killed{attempt}") + [foreign]:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            for c in kit_containers(docker_client, run) + ([foreign] if foreign else []):
                 c.remove(force=True)
 
 
