@@ -306,7 +306,7 @@ def pytest_sessionfinish(session, exitstatus):
         kit.receipt.data["interrupted"] = cut.as_json()
     phases = phase_verdicts(kit.receipt.data["tests"], phase_progress(kit.receipt.data, kit.run_folder))
     kit.receipt.data["phases"] = phases
-    verdict = run_verdict(phases)
+    verdict = run_verdict(phases, kit.receipt.data.get("capacity"))
     if exitstatus == pytest.ExitCode.INTERRUPTED and not verdict.startswith("INTERRUPTED"):
         verdict = f"INTERRUPTED after every kit test had reported (Ctrl-C or SIGTERM); {verdict}"
     kit.receipt.data["verdict"] = verdict

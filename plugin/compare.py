@@ -116,18 +116,38 @@ def verdict_lines(a: RunEvidence, b: RunEvidence) -> list[str]:
     diffs = [f"  {ph:<8} {_phase_text(pa.get(ph))} -> {_phase_text(pb.get(ph))}" for ph in PHASES
              if _phase_text(pa.get(ph)) != _phase_text(pb.get(ph))]
     lines += diffs or ["  every phase has the same verdict"]
-    ca = {v.get("check"): v for v in a.receipt.get("capacity") or []}
-    cb = {v.get("check"): v for v in b.receipt.get("capacity") or []}
-    cap = [f"  capacity {k}: {(ca.get(k) or {}).get('status', 'not computed')} -> "
-           f"{(cb.get(k) or {}).get('status', 'not computed')}" for k in sorted(set(ca) | set(cb))
-           if (ca.get(k) or {}).get("status") != (cb.get(k) or {}).get("status")]
-    return lines + cap
+    return lines + capacity_lines(a.receipt.get("capacity"), b.receipt.get("capacity"))
+
+
+def _capacity_text(v: dict | None) -> str:
+    if not v:
+        return "not computed"
+    status = f"BLOCKED {v.get('code')}" if v.get("status") == "BLOCKED" else str(v.get("status"))
+    numbers = ", ".join(f"{k} {_value(k, n)}" for k, n in (v.get("numbers") or {}).items() if isinstance(n, (int, float)))
+    return f"{status}{f' ({numbers})' if numbers else ''}"
+
+
+def capacity_lines(ca: list | None, cb: list | None) -> list[str]:
+    """Every capacity check of both runs: "!" rows differ and show both verdicts with all their numbers (bytes
+    as GiB) side by side; "=" rows are the same in both."""
+    ra = {v.get("check"): v for v in ca or [] if isinstance(v, dict)}
+    rb = {v.get("check"): v for v in cb or [] if isinstance(v, dict)}
+    if not ra and not rb:
+        return ["capacity (A | B)", "  computed in neither run"]
+    out = ["capacity (A | B)"]
+    for check in list(dict.fromkeys([*ra, *rb])):
+        a, b = _capacity_text(ra.get(check)), _capacity_text(rb.get(check))
+        if a == b:
+            out.append(f"  = {check}: {a.split(' (')[0]} in both, same numbers")
+        else:
+            out.append(f"  ! {check}: A {a} | B {b}")
+    return out
 
 
 def _value(key: str, value) -> str:
     if value is None:
         return "none"
-    return gib(value) if key.endswith("_bytes_max") or key.endswith("_bytes_min") else str(value)
+    return gib(value) if key.endswith(("_bytes", "_bytes_max", "_bytes_min")) else str(value)
 
 
 def _diff_block(title: str, keys, va: dict, vb: dict) -> list[str]:

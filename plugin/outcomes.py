@@ -55,6 +55,20 @@ CODES: dict[str, str] = {
 }
 
 
+# Which blocked finding leads a verdict line when several stand: what the hardware cannot hold (with its
+# numbers) first; then everything else; "nothing may start here" (a replayed profile, an image not on this
+# machine) last, because it says nothing of whether the model fits.
+CAPACITY_CODES = ("INSUFFICIENT_VRAM", "KV_DOES_NOT_FIT", "INSUFFICIENT_HOST_RAM", "CGROUP_LIMIT", "DISK_FULL")
+CANNOT_START_HERE = ("IMAGE_MISSING", "HARDWARE_REPLAYED")
+
+
+def consequence(code: str | None) -> int:
+    """Rank of a blocked code for leading a verdict line: higher leads."""
+    if code in CAPACITY_CODES:
+        return 2
+    return 0 if code in CANNOT_START_HERE else 1
+
+
 @dataclass
 class Blocked(Exception):
     """A fact that ends the experiment here, with the numbers that show why."""

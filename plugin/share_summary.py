@@ -9,11 +9,14 @@ calibration, consistency, landing, operator-supplied score) are in plugin.share_
 """
 from __future__ import annotations
 
+import re
+
 from .gpu_lock import LIMITATION as GPU_LOCK_LIMITATION
-from .outcomes import CODES
+from .outcomes import CODES, consequence
 from .receipt import PHASES
 from .share_shapes import SHAPES, WITHHELD, gib, number, shaped
 from .share_shapes import as_dict as _dict, finite as _n
+from .verdicts import capacity_tally
 from .share_insight import calibration_lines, consistency_lines, landing_lines, proposal_lines, score_lines
 
 # Limitations written by the kit's own modules, shared word for word; any other limitation is only counted.
@@ -31,11 +34,13 @@ def verdict_lines(receipt: dict) -> list[str]:
     """The run's verdict rebuilt from phase codes (the receipt's verdict line holds free text)."""
     phases = _dict(receipt.get("phases"))
     rows = []
+    codes: list[str] = []
     done: dict[str, str] = {}
     for phase in PHASES:
         p = _dict(phases.get(phase))
         verdict = p.get("verdict") if p.get("verdict") in SHARED_VERDICTS else "NOT RUN"
         rows.append((phase, verdict, p.get("code") if p.get("code") in CODES else ""))
+        codes += [c for c in p.get("codes") or [] if c in CODES and c not in codes]
         if verdict == "INTERRUPTED":
             done[phase] = _progress(p.get("progress"))
     cut = [r[0] for r in rows if r[1] == "INTERRUPTED"]
@@ -51,8 +56,14 @@ def verdict_lines(receipt: dict) -> list[str]:
     elif failed:
         head = f"**Verdict: FAILED in phase {failed[0][0]}** (an unexpected error; see the private report)"
     elif blocked:
-        phase, _, code = blocked[0]
+        phase, _, code = max(blocked, key=lambda r: consequence(r[2]))  # ties: the earliest phase
         head = f"**Verdict: BLOCKED {code} in phase {phase}**: {CODES.get(code, '')}"
+        tally = capacity_tally([c for c in receipt.get("capacity") or [] if isinstance(c, dict)
+                                and re.fullmatch(r"[a-z0-9_]{1,40}", str(c.get("check")))])
+        if consequence(code) == 0 and tally:
+            head += f"; capacity: {tally}, but nothing could start here"
+        others = [c for c in dict.fromkeys([*codes, *(c for _, _, c in blocked)]) if c and c != code]
+        head += f" (also blocked: {', '.join(others)})" if others else ""
     elif passed:
         head = (f"**Verdict: NO DEFINITE FAILURE FOUND** in phases {', '.join(passed)} (not a claim that the model "
                 "fits or runs)")

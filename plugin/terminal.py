@@ -41,7 +41,7 @@ def summary_lines(kit: KitSession) -> list[str]:
         p = phases[phase]
         detail = f" {p['code']}: {p['message']}" if p.get("code") else (f": {p['message']}" if p.get("message") else "")
         lines.append(f"  {phase:<8} {p['verdict']}{detail}")
-    lines.append(f"  run      {data.get('verdict') or run_verdict(phases)}")
+    lines.append(f"  run      {data.get('verdict') or run_verdict(phases, data.get('capacity'))}")
     lines.append(f"run folder: {kit.run_folder}")
     lines.append(f"report:     {kit.run_folder / 'report.html'}")
     return lines

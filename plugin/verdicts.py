@@ -1,6 +1,7 @@
 """Pure: per-test outcomes -> one verdict per phase and one line for the whole run."""
 from __future__ import annotations
 
+from .outcomes import consequence
 from .receipt import PHASES
 
 # The worst outcome of a phase's tests decides the phase. A phase the session cut (or never reached) is
@@ -31,10 +32,17 @@ def phase_verdicts(tests: dict[str, dict], progress: dict[str, dict] | None = No
         if not ran:
             out[phase] = {"verdict": "NOT RUN", "code": None, "message": None, "counts": counts}
             continue
-        worst = max(ran, key=lambda t: _SEVERITY[t["outcome"]])
+        # The worst outcome; among blocked tests, the most consequential code (a capacity failure before
+        # "replayed"); ties keep the test order.
+        worst = max(ran, key=lambda t: (_SEVERITY[t["outcome"]],
+                                        consequence(t.get("code")) if t["outcome"] == "blocked" else 0))
         verdict = _VERDICT[worst["outcome"]]
         out[phase] = {"verdict": verdict, "code": worst.get("code"),
                       "message": worst.get("message") if verdict != "PASSED" else None, "counts": counts}
+        codes = sorted({t["code"] for t in ran if t["outcome"] == "blocked" and t.get("code")},
+                       key=lambda c: -consequence(c))
+        if codes:
+            out[phase]["codes"] = codes  # every blocked code of the phase, the most consequential first
         if verdict == "INTERRUPTED":
             done = progress_words(progress.get(phase))
             out[phase]["progress"] = progress.get(phase)
@@ -42,19 +50,42 @@ def phase_verdicts(tests: dict[str, dict], progress: dict[str, dict] | None = No
     return out
 
 
-def run_verdict(phases: dict[str, dict]) -> str:
+def capacity_tally(capacity: list[dict] | None) -> str:
+    """"no definite failure in 11 capacity checks (9 OK, 2 UNKNOWN: pinned_pow2, disk)", or "" without them."""
+    rows = [c for c in capacity or [] if isinstance(c, dict)]
+    if not rows or any(c.get("status") == "BLOCKED" for c in rows):
+        return ""
+    unknown = [str(c.get("check")) for c in rows if c.get("status") == "UNKNOWN"]
+    ok = len(rows) - len(unknown)
+    return (f"no definite failure in {len(rows)} capacity checks ({ok} OK"
+            + (f", {len(unknown)} UNKNOWN: {', '.join(unknown)}" if unknown else "") + ")")
+
+
+def run_verdict(phases: dict[str, dict], capacity: list[dict] | None = None) -> str:
     """One line: the first interrupted phase (and which others were cut or never reached), else the first
-    failure, else the first blocked phase, else what passed."""
+    failure, else the most consequential blocked phase (a capacity failure outranks "replayed" and "image
+    missing", and a plan blocked only because nothing may start here says what its capacity checks found),
+    else what passed."""
     cut = [ph for ph in PHASES if phases.get(ph, {}).get("verdict") == "INTERRUPTED"]
     if cut:
         also = f"; also interrupted: {', '.join(cut[1:])}" if cut[1:] else ""
         return f"INTERRUPTED in phase {cut[0]}: {phases[cut[0]]['message']}{also}"
-    for wanted in ("FAILED", "BLOCKED"):
-        for phase in PHASES:
-            p = phases.get(phase, {})
-            if p.get("verdict") == wanted:
-                what = f"BLOCKED {p['code']}" if wanted == "BLOCKED" else "FAILED"
-                return f"{what} in phase {phase}: {p.get('message') or 'see the test report'}"
+    failed = [ph for ph in PHASES if phases.get(ph, {}).get("verdict") == "FAILED"]
+    if failed:
+        return f"FAILED in phase {failed[0]}: {phases[failed[0]].get('message') or 'see the test report'}"
+    blocked = [ph for ph in PHASES if phases.get(ph, {}).get("verdict") == "BLOCKED"]
+    if blocked:
+        lead = max(blocked, key=lambda ph: consequence(phases[ph].get("code")))  # ties: the earliest phase
+        p = phases[lead]
+        line = f"BLOCKED {p['code']} in phase {lead}: {p.get('message') or 'see the test report'}"
+        if consequence(p["code"]) == 0:
+            tally = capacity_tally(capacity)
+            if tally:
+                line = (f"BLOCKED {p['code']} in phase {lead}: {tally}, but nothing could start here: "
+                        f"{p.get('message') or 'see the test report'}")
+        others = list(dict.fromkeys(c for ph in blocked for c in phases[ph].get("codes") or [phases[ph]["code"]]
+                                    if c != p["code"]))
+        return line + (f"; also blocked: {', '.join(others)}" if others else "")
     passed = [ph for ph in PHASES if phases.get(ph, {}).get("verdict") == "PASSED"]
     if not passed:
         return "NOTHING RAN"
