@@ -259,7 +259,14 @@ def test_transformers_reads_the_mimo_v2_flash_layout_as_vllm_does(tiny):
     assert raw["swa_num_key_value_heads"] == 2 * config.num_key_value_heads
     assert raw["swa_num_attention_heads"] == config.num_attention_heads
     assert (raw["swa_head_dim"], raw["swa_v_head_dim"]) == (config.head_dim, config.v_head_dim)
+    # transformers 5.24 reads the window as sliding_window_size + 1 (the query too); 5.19, in the real-engine
+    # image, keeps sliding_window as written. vLLM's model passes sliding_window_size per layer.
     assert config.sliding_window == raw["sliding_window_size"] + 1
+    # transformers builds its rope from its own defaults, not from rope_theta / swa_rope_theta: they must match.
+    rope = config.rope_parameters
+    assert rope["full_attention"]["rope_theta"] == raw["rope_theta"]
+    assert rope["sliding_attention"]["rope_theta"] == raw["swa_rope_theta"]
+    assert rope["full_attention"]["partial_rotary_factor"] == raw["partial_rotary_factor"]
     assert config.num_local_experts == raw["n_routed_experts"]
     # Read by vLLM through getattr: transformers keeps the published spellings as attributes.
     assert (config.layernorm_epsilon, config.swa_rope_theta, config.rope_theta) == (1e-05, 10000, 5000000)

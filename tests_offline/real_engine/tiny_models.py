@@ -20,7 +20,12 @@ every attention head size is one its CPU attention accepts (32, 64, 80, 96, 112,
   V head 128, twice the KV heads on sliding-window layers, attention sink biases on sliding-window layers
   only, sigmoid routing with an `e_score_correction_bias`, partial rotary embedding, two rope thetas.
   Transformers' MiMoV2FlashConfig derives its own `layer_types` / `mlp_layer_types` from the layer count
-  (full at 0 and every 6th), so 6 layers keep its reading and vLLM's identical.
+  (full at 0 and every 6th), and its rope from built-in thetas (5e6 full, 1e4 sliding, factor 0.334), so 6
+  layers and those thetas keep its reading and vLLM's identical.
+
+On vLLM's CPU build, K != V makes mimo_v2.py pick the TRITON_ATTN_DIFFKV backend, which has no CPU kernel:
+the engine loads these weights and starts, and the first request fails in Triton. Only a layout with
+`v_head_dim` == `head_dim` (and the same for `swa_`) would run on the CPU attention, which takes the sinks.
 """
 from __future__ import annotations
 
