@@ -46,6 +46,8 @@ CODES: dict[str, str] = {
     "REVISION_MISMATCH": "the checkpoint is the cache snapshot of another revision than the settings name",
     "LOAD_OOM": "the GPU ran out of memory while loading the weights",
     "NO_KV_MEMORY": "the weights loaded but no memory was left for the KV cache",
+    "CONTEXT_TOO_LONG": "the context length asked for (max_model_len) exceeds what the model's config allows",
+    "SHM_TOO_SMALL": "the container's /dev/shm is smaller than the engine's shared-memory queues need",
     "TRUST_REMOTE_CODE_REQUIRED": "the model needs --trust-remote-code and the settings do not allow it",
     "ENGINE_DIED": "the engine exited for a reason the kit could not classify further",
     "HOST_OOM_KILLED": "the container was killed for exceeding its RAM cap",

@@ -1,10 +1,13 @@
 """The error text real vLLM prints for each failure the stub can play, and where in the boot it comes.
 
-Wording follows vLLM's own messages as they appear in public bug reports (e.g. vllm-project/vllm
-issues #10439 and #14574 "No available memory for the cache blocks", #28143 / #16343 "CUDA out of
-memory" during load, #1919 "Unknown quantization method", #9515 "Model architectures [...] are not
-supported for now", #5244 "requires you to execute the configuration file ... trust_remote_code",
-and the transformers "We couldn't connect to 'https://huggingface.co'" error of offline containers).
+Wording follows the logs recorded from the real engine (vLLM 0.32.0, tests_offline/data/engine_logs/:
+"No available memory for the cache blocks", the pydantic-wrapped "Model architectures [...] are not
+supported for now", "Failed core proc(s): {'EngineCore': 1}", "EngineDeadError"), vLLM 0.32.0's source
+for what only a GPU prints ("Failed to load model - not enough GPU memory", "Free memory on device ...
+on startup is less than desired GPU memory utilization"), and public bug reports for the rest (#28143
+"CUDA out of memory" during load, #1919 "Unknown quantization method", #5244 "requires you to execute
+the configuration file ... trust_remote_code", the transformers "We couldn't connect to
+'https://huggingface.co'" error of offline containers).
 """
 from __future__ import annotations
 
@@ -41,8 +44,15 @@ OOM_TEXT = (
     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory "
     "Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
 )
+# v1/worker/gpu_model_runner.py logs this before the CUDA error propagates (vLLM 0.32.0, lines 5140-5147).
+LOAD_OOM_LOGGED = ("Failed to load model - not enough GPU memory. Try lowering --gpu-memory-utilization to free "
+                   "memory for weights, increasing --tensor-parallel-size, or using --quantization. See "
+                   "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more tips. (original error: "
+                   f"{OOM_TEXT.partition(': ')[2]})")
 NO_KV_TEXT = ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
-              "when initializing the engine.")
+              "when initializing the engine (this flag also controls CPU memory reservation on the CPU backend, "
+              "despite its name). See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more "
+              "details.")
 GPU_TAKEN_TEXT = ("ValueError: Free memory on device cuda:0 (15.32/79.19 GiB) on startup is less than desired "
                   "GPU memory utilization (0.85, 67.31 GiB). Decrease GPU memory utilization or reduce GPU "
                   "memory used by other processes.")
@@ -60,7 +70,7 @@ ARCHS = ["LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2F
 def engine_failure(kind: str) -> tuple[str, list[str]]:
     """(when, lines) for failures of the engine core: when is "load" (during weight loading) or "kv"."""
     if kind == "load_oom":
-        return "load", ["EngineCore failed to start."] + traceback_lines(_LOAD_FRAMES, OOM_TEXT)
+        return "load", [LOAD_OOM_LOGGED, "EngineCore failed to start."] + traceback_lines(_LOAD_FRAMES, OOM_TEXT)
     if kind == "no_kv_memory":
         return "kv", ["EngineCore failed to start."] + traceback_lines(_KV_FRAMES, NO_KV_TEXT)
     if kind == "gpu_memory_taken":
@@ -76,9 +86,12 @@ def config_failure(kind: str, model: str) -> list[str]:
     """Lines of a failure raised while the API server reads the model config (before the engine)."""
     if kind == "unsupported_quant":
         final = (f"ValueError: Unknown quantization method: stubq. Must be one of {QUANT_METHODS}.")
-    elif kind == "unsupported_arch":
-        final = (f"ValueError: Model architectures ['StubUnknownForCausalLM'] are not supported for now. "
-                 f"Supported architectures: dict_keys({ARCHS})")
+    elif kind == "unsupported_arch":  # raised inside ModelConfig's pydantic validation (fail-unknown-arch.log)
+        final = ("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig\n"
+                 f"  Value error, Model architectures ['StubUnknownForCausalLM'] are not supported for now. "
+                 f"Supported architectures: dict_keys({ARCHS}) [type=value_error, input_value=ArgsKwargs((), "
+                 "{'model': ...}), input_type=ArgsKwargs]\n"
+                 "    For further information visit https://errors.pydantic.dev/2.14/v/value_error")
     elif kind == "trust_remote_code":
         final = (f"ValueError: Loading {model} requires you to execute the configuration file in that repo on "
                  "your local machine. Make sure you have read the code there to avoid malicious use, then set "
@@ -104,9 +117,9 @@ def network_attempt_lines(host: str = "huggingface.co") -> list[str]:
 
 
 def api_server_gave_up() -> list[str]:
-    """The API server's last words after its engine core died at start."""
+    """The API server's last words after its engine core died at start (the process is named EngineCore)."""
     return ["RuntimeError: Engine core initialization failed. See root cause above. "
-            "Failed core proc(s): {'EngineCore_DP0': 1}"]
+            "Failed core proc(s): {'EngineCore': 1}"]
 
 
 def engine_dead_lines() -> list[str]:
