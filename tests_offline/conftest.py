@@ -39,3 +39,15 @@ def stub_tag(docker_client) -> str:
 
     ensure_stub_image(docker_client)
     return stub_tag()
+
+
+@pytest.fixture(scope="session")
+def real_engine_image(docker_client) -> str:
+    """The real-engine image (vLLM's CPU build), built when its content-hash tag is missing: its ID. A failed
+    build fails the test that needs it (never a skip: CI must run these)."""
+    from tests_offline.real_engine.build import ensure_real_engine_image
+
+    try:
+        return ensure_real_engine_image(docker_client)
+    except Exception as exc:  # noqa: BLE001  (any build failure is reported whole)
+        pytest.fail(f"the real-engine image could not be built: {type(exc).__name__}: {exc}", pytrace=False)
