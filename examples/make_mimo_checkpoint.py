@@ -1,7 +1,9 @@
 """Write a header-only MiMo-V2.6 checkpoint: the real tensor layout (names, shapes, dtypes), no weights.
 
-    python examples/make_mimo_checkpoint.py                 # Flash -> /tmp/onegpu-demo/MiMo-V2.6-Flash
-    python examples/make_mimo_checkpoint.py --model pro     # Pro   -> /tmp/onegpu-demo/MiMo-V2.6-Pro
+    python examples/make_mimo_checkpoint.py                 # Flash -> examples/demo-checkpoints/MiMo-V2.6-Flash
+    python examples/make_mimo_checkpoint.py --model pro     # Pro   -> examples/demo-checkpoints/MiMo-V2.6-Pro
+
+Beside the folder it writes <folder>.settings.json: the demo settings with model_path set to that folder.
     python examples/make_mimo_checkpoint.py --out DIR       # another folder (absolute or relative)
 
 Every shard is a valid safetensors file whose data region is a hole (see header_only_writer.py), and every
@@ -47,11 +49,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from header_only_writer import Tensor, allocated_bytes, tensor_bytes, write_sharded  # noqa: E402
 
-CONFIGS = Path(__file__).resolve().parent / "configs"
-DEMO_ROOT = Path("/tmp/onegpu-demo")
-MODELS = {  # --model -> (config file, default folder name)
-    "flash": ("MiMo-V2.6-Flash.config.json", "MiMo-V2.6-Flash"),
-    "pro": ("MiMo-V2.6-Pro.config.json", "MiMo-V2.6-Pro"),
+EXAMPLES = Path(__file__).resolve().parent
+CONFIGS = EXAMPLES / "configs"
+# Inside this clone (ignored by git), never a fixed folder in /tmp that every user of the machine shares.
+DEMO_ROOT = EXAMPLES / "demo-checkpoints"
+MODELS = {  # --model -> (config file, default folder name, settings template)
+    "flash": ("MiMo-V2.6-Flash.config.json", "MiMo-V2.6-Flash", "demo-settings.json"),
+    "pro": ("MiMo-V2.6-Pro.config.json", "MiMo-V2.6-Pro", "demo-settings-pro.json"),
 }
 SYNTHETIC_METADATA = {"onegpu.synthetic": "header-only: no weights", "format": "pt"}
 MARKER = "ONEGPU-SYNTHETIC-CHECKPOINT.txt"
@@ -169,7 +173,7 @@ def prepare_folder(root: Path) -> None:
 
 def write_checkpoint(model: str, root: Path) -> dict:
     """Write the header-only checkpoint of `model` ("flash" or "pro") into `root`; returns a summary."""
-    config_name, _ = MODELS[model]
+    config_name = MODELS[model][0]
     config_text = (CONFIGS / config_name).read_text()
     cfg = json.loads(config_text)
     tensors = mimo_tensors(cfg)
@@ -182,6 +186,15 @@ def write_checkpoint(model: str, root: Path) -> dict:
             "allocated_bytes": allocated_bytes(root)}
 
 
+def write_settings(model: str, root: Path) -> Path:
+    """<root>.settings.json beside the folder: the model's demo settings with model_path set to `root`."""
+    settings = json.loads((EXAMPLES / MODELS[model][2]).read_text())
+    settings["model_path"] = str(root)
+    path = root.with_name(f"{root.name}.settings.json")
+    path.write_text(json.dumps(settings, indent=2) + "\n")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Write a header-only MiMo-V2.6 checkpoint (no weights).")
     parser.add_argument("--model", choices=sorted(MODELS), default="flash", help="which layout (default flash)")
@@ -190,12 +203,14 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.out).absolute() if args.out else DEMO_ROOT / MODELS[args.model][1]
     started = time.monotonic()
     summary = write_checkpoint(args.model, root)
+    settings_path = write_settings(args.model, root)
     elapsed = time.monotonic() - started
     gib = summary["total_size"] / 2**30
     print(f"wrote {summary['root']}: {summary['tensors']:,} tensors in {summary['shards']} header-only shards, "
           f"{summary['total_size']:,} bytes ({gib:,.1f} GiB) declared, {summary['allocated_bytes'] / 2**20:.1f} MiB "
           f"on disk, {elapsed:.1f} s")
     print("SYNTHETIC: no weights; every shard's __metadata__ says onegpu.synthetic = header-only: no weights")
+    print(f"settings: {settings_path} (the demo settings, model_path set to {root})")
     return 0
 
 

@@ -338,11 +338,8 @@ def pytest_terminal_summary(terminalreporter, config):
     """The kit's lines come last, after pytest's own short summary: the verdicts, the run folder, the report."""
     result = yield
     kit = kit_of(config)
-    if kit.held_back and not kit.approved:
-        terminalreporter.write_line(
-            f"onegpu: {kit.held_back} test(s) that act (hash, start a container, send requests) deselected; "
-            "approve with: pytest -m approve_load --settings=s.json [--requests=r.jsonl --protocol=p.json] "
-            "(serve window: -m \"approve_load and serve\")")
+    if kit.held_back or kit.held_for_options_count:
+        terminalreporter.write_line(terminal.deselected_line(kit))
     if kit.receipt is not None:
         for line in terminal.summary_lines(kit):
             terminalreporter.write_line(line)

@@ -19,6 +19,7 @@ import pytest
 
 from . import calibrate, landing as landing_mod, operator_score as score_mod, propose as propose_mod
 from .checkpoint import read_checkpoint
+from .session import kit_of
 from .checkpoint_files import cache_layout, list_files
 from .consistency import check_kv_dtype, consistency_checks
 from .fixtures_plan import _run_disk_free
@@ -184,10 +185,13 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     """Tests of an option that was not given are deselected: they have nothing to establish."""
     opts = config.stash.get(INSIGHT_KEY, InsightOptions())
-    absent = {name for name, attr in (("proposal", "request"), ("operator_score", "score"))
+    absent = {name: option for name, attr, option in (("proposal", "request", "--propose"),
+                                                       ("operator_score", "score", "--operator-score"))
               if getattr(opts, attr) is None}
-    held = [i for i in items if absent & set(getattr(i, "fixturenames", ()))
+    held = [i for i in items if set(absent) & set(getattr(i, "fixturenames", ()))
             and (i.get_closest_marker("scan") or i.get_closest_marker("approve_load"))]
+    kit_of(config).held_for_options = sorted({absent[n] for i in held for n in absent if n in i.fixturenames})
+    kit_of(config).held_for_options_count = len(held)
     if held:
         items[:] = [i for i in items if i not in held]
         config.hook.pytest_deselected(items=held)
@@ -270,6 +274,9 @@ def proposal(pytestconfig, hardware, kit) -> dict:
             "the replayed machine may hold another image under that name"
     result = propose_mod.propose(req, gpu, why, hardware.host, ckpt, kv, opts.calibration,
                                  _run_disk_free(hardware, kit))
+    differs = propose_mod.kv_differs_from_plan(req, kv, kit.receipt.data.get("kv_cache"))
+    if differs:
+        result.warnings.append(differs)
     cal = opts.calibration
     rows = consistency_checks(ckpt.config, [t.name for t in ckpt.tensors], ckpt.quant.ignored_layers,
                               req.kv_cache_dtype, cal.vllm_version if cal else None,

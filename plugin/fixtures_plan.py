@@ -42,7 +42,7 @@ def settings(pytestconfig, kit) -> Settings:
     with blocked_as_xfail():
         if path is None:
             raise Blocked("NO_SETTINGS", "no --settings file given: the machine facts stand alone; give "
-                                         "--settings s.json to read the checkpoint and see the plan")
+                                         "--settings=s.json to read the checkpoint and see the plan")
         try:
             loaded = load_settings(path)
         except SettingsError as exc:

@@ -254,6 +254,9 @@ def build_launch_spec(settings, gpu_uuid: str | None, image_id: str, run_id: str
     root = checkpoint_root or settings.model_path
     layout = hf_cache_layout(root)
     notes = []
+    if str(PurePosixPath(root)) != str(PurePosixPath(settings.model_path)):
+        notes.append(f"model_path {settings.model_path} is a link (or passes through one): the container mounts "
+                     f"what it points to, {root}")
     if layout:
         repo, snapshot = layout
         mounts = [BindMount(repo, MODEL_REPO_MOUNT, True)]

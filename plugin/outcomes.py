@@ -63,6 +63,10 @@ CODES: dict[str, str] = {
 CAPACITY_CODES = ("INSUFFICIENT_VRAM", "KV_DOES_NOT_FIT", "INSUFFICIENT_HOST_RAM", "CGROUP_LIMIT", "DISK_FULL")
 CANNOT_START_HERE = ("IMAGE_MISSING", "HARDWARE_REPLAYED")
 
+# Codes that belong to a later phase's input: an earlier phase's test that needs that input (the machine
+# phase's GPU selection needs the settings) waits on it, and the finding is the later phase's, not its own.
+HOME_PHASE = {"NO_SETTINGS": "plan", "SETTINGS_INVALID": "plan"}
+
 
 def consequence(code: str | None) -> int:
     """Rank of a blocked code for leading a verdict line: higher leads."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from . import strict_json
+from .shown import as_json
 from .capacity import (CONTAINER_OWN_NEEDS_BYTES, GPU_UTILIZATION, capacity_verdicts, engine_parameters,
                        offload_order, pinned_pow2_bytes)
 from .outcomes import Blocked, gib
@@ -59,7 +60,7 @@ def parse_request(data, path: str, sha256: str) -> ProposalRequest:
     if not isinstance(data, dict):
         raise SettingsError(path, [f"the document must be a JSON object, found {type(data).__name__}"])
     if data.get("schema") != REQUEST_SCHEMA:
-        raise SettingsError(path, [f"field 'schema': value {data.get('schema')!r}: must be {REQUEST_SCHEMA!r}"])
+        raise SettingsError(path, [f"field 'schema': value {as_json(data.get('schema'))}: must be {REQUEST_SCHEMA!r}"])
     body = {k: v for k, v in data.items() if k != "schema"}
     errors = [f"field {k!r}: value {v!r}: a proposal request carries no budgets: the proposal computes them"
               for k, v in body.items() if k in _BUDGETS]
@@ -136,6 +137,25 @@ def _headroom_gib(host) -> tuple[int, str]:
                                          f"{gib(host.ram_total_bytes)} = {share} GiB)"
 
 
+def kv_inputs(req: ProposalRequest, kv) -> str:
+    """Every input the KV figure depends on: the same context gives another figure with another chunk or dtype."""
+    chunk = " ASSUMED" if "prefill_chunk_tokens" in req.assumed else ""
+    dtype = "" if req.kv_cache_dtype else " (the model's own, assumed)"
+    return (f"{kv.context_tokens:,} tokens, one sequence, prefill chunk {kv.prefill_chunk_tokens:,}{chunk}, "
+            f"{kv.kv_dtype}{dtype}")
+
+
+def kv_differs_from_plan(req: ProposalRequest, kv, plan_kv: dict | None) -> str | None:
+    """A warning when this session's plan (from --settings) put another KV figure on the same context."""
+    if (kv.bytes is None or not plan_kv or plan_kv.get("context_tokens") != kv.context_tokens
+            or plan_kv.get("bytes") in (None, kv.bytes)):
+        return None
+    return (f"the plan of this session's settings puts the KV cache for the same {kv.context_tokens:,} tokens at "
+            f"{gib(plan_kv['bytes'])} (prefill chunk {plan_kv.get('prefill_chunk_tokens'):,}, "
+            f"{plan_kv.get('kv_dtype')}); this proposal's {gib(kv.bytes)} uses {kv_inputs(req, kv)}: "
+            "the chunk or dtype differs, not the arithmetic")
+
+
 def propose(req: ProposalRequest, gpu, gpu_missing_reason: str | None, host, ckpt, kv, calibration=None,
             run_disk_free_bytes: int | None = None) -> Proposal:
     """The smallest whole-GiB CPU-offload budget (and the RAM cap and headroom that follow) for these facts."""
@@ -160,7 +180,7 @@ def propose(req: ProposalRequest, gpu, gpu_missing_reason: str | None, host, ckp
              ("GPU budget (weights + KV)", gib(budget), f"target {gib(target)} - reserve {gib(reserve_bytes)}"),
              ("weights (headers)", gib(weights), f"decoder layers {gib(offloadable)} (offloadable) + embeddings/head, "
                                                  f"draft and other non-layer tensors {gib(stays)} (stay on the GPU)"),
-             ("KV cache", gib(kv.bytes), f"{kv.context_tokens:,} tokens, one sequence, {kv.kv_dtype}")]
+             ("KV cache", gib(kv.bytes), kv_inputs(req, kv))]
     if need <= 0:
         offload_gib = 0
         why = f"weights {gib(weights)} + KV {gib(kv.bytes)} fit the budget with {gib(-need)} to spare: no offload"

@@ -21,6 +21,8 @@ class KitSession:
     markexpr: str = ""  # the -m expression as the operator typed it
     approved: bool = False  # the expression names approve_load for at least one acting test
     held_back: int = 0  # approve_load tests deselected for want of approval
+    held_for_options: list[str] = field(default_factory=list)  # options whose tests were deselected (not given)
+    held_for_options_count: int = 0
     shown: dict[str, list[str]] = field(default_factory=lambda: {p: [] for p in PHASES})
     tables: dict[str, list[str]] = field(default_factory=dict)  # titled blocks printed at the end
     blocked: dict[str, dict] = field(default_factory=dict)  # nodeid -> Blocked.as_json()

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import strict_json
+from .shown import as_json
 
 OWN_SCHEMA = "onegpu/settings@1"
 LEGACY_SCHEMA = "axm/one-gpu-settings@1"
@@ -111,8 +112,8 @@ def check_field(name: str, value, spec: tuple) -> str | None:
     """The rule `value` breaks, or None."""
     kind = spec[0]
     if _is_placeholder(value):
-        return f"field {name!r}: value {value!r} is a placeholder: replace it with the real value"
-    shown = f"field {name!r}: value {value!r}"
+        return f"field {name!r}: value {as_json(value)} is a placeholder: replace it with the real value"
+    shown = f"field {name!r}: value {as_json(value)}"
     if kind in ("int", "number"):
         lo, hi = spec[1], spec[2]
         is_num = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -161,11 +162,11 @@ def parse_settings(data: dict, path: str, sha256: str) -> Settings:
         body = {_LEGACY_MAP.get(k, f"?{k}"): v for k, v in data.items() if k != "schema"}
         allowed, required = set(_LEGACY_MAP.values()), tuple(_LEGACY_MAP.values())
     else:
-        raise SettingsError(path, [f"field 'schema': value {schema!r}: must be {OWN_SCHEMA!r} or {LEGACY_SCHEMA!r}"])
+        raise SettingsError(path, [f"field 'schema': value {as_json(schema)}: must be {OWN_SCHEMA!r} or {LEGACY_SCHEMA!r}"])
     reverse = {v: k for k, v in _LEGACY_MAP.items()} if schema == LEGACY_SCHEMA else {}
-    errors = [f"field {k[1:]!r}: value {v!r}: unknown field (not in {schema})" for k, v in body.items()
+    errors = [f"field {k[1:]!r}: value {as_json(v)}: unknown field (not in {schema})" for k, v in body.items()
               if k.startswith("?")]
-    errors += [f"field {k!r}: value {v!r}: unknown field (not in {schema})" for k, v in body.items()
+    errors += [f"field {k!r}: value {as_json(v)}: unknown field (not in {schema})" for k, v in body.items()
                if not k.startswith("?") and k not in allowed]
     errors += [f"field {reverse.get(k, k)!r}: required" for k in required if k not in body]
     for key, value in body.items():

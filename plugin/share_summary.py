@@ -28,6 +28,30 @@ STANDING = ("header bytes are not the loaded footprint: a capacity OK means no d
 SIMULATED_PREFIX = "GPU SIMULATED:"
 SHARED_VERDICTS = ("PASSED", "BLOCKED", "FAILED", "SKIPPED", "INTERRUPTED")
 CUT_BY = {"SIGINT": "Ctrl-C (SIGINT)", "SIGTERM": "SIGTERM", "timeout_backstop": "the timeout backstop"}
+QUOTED = "reason quoted in the private report"
+# A code's catalogue sentence where the engine's log stated why: ENGINE_DIED's "could not classify further"
+# would contradict the quote the private report holds.
+QUOTED_MEANING = {"ENGINE_DIED": "the engine ended (one of its processes died, or it exited) for a reason none of "
+                                 "the other codes names"}
+
+
+def quoted_codes(receipt: dict) -> set[str]:
+    """The codes for which the receipt holds the engine's own words (boot failure, a death during the
+    canary, batch or serve window); the words stay in the private report, only the fact is shared."""
+    ends = [_dict(_dict(receipt.get("boot")).get("failure")),
+            *(_dict(_dict(_dict(receipt.get(w)).get("session_run")).get("engine_end")) for w in ("canary", "batch")),
+            _dict(_dict(receipt.get("serve")).get("engine_end"))]
+    return {e["code"] for e in ends if e.get("code") in CODES and isinstance(e.get("quote"), str) and e["quote"]}
+
+
+def code_sentence(code: str, quoted: set[str]) -> str:
+    """The kit's sentence for a code (QUOTED_MEANING's where the engine stated why)."""
+    return QUOTED_MEANING.get(code, CODES.get(code, "")) if code in quoted else CODES.get(code, "")
+
+
+def meaning(code: str, quoted: set[str]) -> str:
+    """The kit's sentence for a code, and where the engine's own reason is, when it stated one."""
+    return code_sentence(code, quoted) + (f"; {QUOTED}" if code in quoted else "")
 
 
 def verdict_lines(receipt: dict) -> list[str]:
@@ -57,7 +81,7 @@ def verdict_lines(receipt: dict) -> list[str]:
         head = f"**Verdict: FAILED in phase {failed[0][0]}** (an unexpected error; see the private report)"
     elif blocked:
         phase, _, code = max(blocked, key=lambda r: consequence(r[2]))  # ties: the earliest phase
-        head = f"**Verdict: BLOCKED {code} in phase {phase}**: {CODES.get(code, '')}"
+        head = f"**Verdict: BLOCKED {code} in phase {phase}**: {meaning(code, quoted_codes(receipt))}"
         tally = capacity_tally([c for c in receipt.get("capacity") or [] if isinstance(c, dict)
                                 and re.fullmatch(r"[a-z0-9_]{1,40}", str(c.get("check")))])
         if consequence(code) == 0 and tally:
@@ -164,8 +188,9 @@ def settings_lines(settings: dict) -> list[str]:
             f"{number(settings.get('container_ram_gib'), ' GiB')} (swap cap equal to it), host headroom "
             f"{number(settings.get('host_headroom_gib'), ' GiB')}, non-weight GPU reserve "
             f"{number(settings.get('gpu_reserve_gib'), ' GiB')}",
-            f"- deadlines: boot {number(settings.get('boot_deadline_s'), ' s', 0)}, requests "
-            f"{number(settings.get('deadline_s'), ' s', 0)}"]
+            f"- deadlines: boot {number(settings.get('boot_deadline_s'), ' s', 0)}; overall deadline_s "
+            f"{number(settings.get('deadline_s'), ' s', 0)} (counted from the first request phase); each request "
+            f"request_timeout_s {number(settings.get('request_timeout_s'), ' s', 0)}"]
 
 
 def capacity_lines(receipt: dict) -> list[str]:
@@ -210,7 +235,7 @@ def run_lines(receipt: dict) -> list[str]:
         fail = _dict(b.get("failure"))
         code = b.get("code") if b.get("code") in CODES else WITHHELD
         out.append(f"- boot: failed, {code}; exit code {number(fail.get('exit_code'))}, OOMKilled "
-                   f"{fail.get('oom_killed') is True}")
+                   f"{fail.get('oom_killed') is True}" + (f"; {QUOTED}" if code in quoted_codes(receipt) else ""))
     s = _dict(receipt.get("samples"))
     if s:
         out.append(f"- memory samples: {number(s.get('count'))}; GPU used peak {gib(s.get('gpu_used_bytes_max'))}, "
@@ -260,9 +285,11 @@ def failure_lines(receipt: dict) -> list[str]:
         elif t.get("outcome") in ("failed", "error"):
             failed.append(shaped("test", str(nodeid).rsplit("::", 1)[-1].split("[", 1)[0]))
     out = []
+    quoted = quoted_codes(receipt)
     for code, entry in blocked.items():
         nums = ", ".join(f"{k} {number(v)}" for k, v in entry["numbers"].items())
-        out.append(f"- BLOCKED {code} ({entry['n']} test(s)): {CODES[code]}" + (f"; numbers: {nums}" if nums else ""))
+        out.append(f"- BLOCKED {code} ({entry['n']} test(s)): {meaning(code, quoted)}"
+                   + (f"; numbers: {nums}" if nums else ""))
     out += [f"- FAILED: {name}" for name in failed]
     return out or ["- none"]
 

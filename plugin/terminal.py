@@ -45,3 +45,19 @@ def summary_lines(kit: KitSession) -> list[str]:
     lines.append(f"run folder: {kit.run_folder}")
     lines.append(f"report:     {kit.run_folder / 'report.html'}")
     return lines
+
+
+def deselected_line(kit: KitSession) -> str:
+    """What the kit deselected, adding up to the kit's part of pytest's "N deselected" header count."""
+    parts = []
+    if kit.held_back and not kit.approved:
+        parts.append(f"{kit.held_back} that act (hash, start a container, send requests): approve with: pytest -m "
+                     "approve_load --settings=s.json [--requests=r.jsonl --protocol=p.json] (serve window: -m "
+                     "\"approve_load and serve\")")
+    elif kit.held_back:
+        parts.append(f"{kit.held_back} that act but are not part of this approval (the batch needs --requests and "
+                     "--protocol; the serve window needs -m \"approve_load and serve\")")
+    if kit.held_for_options_count:
+        parts.append(f"{kit.held_for_options_count} that need an option not given "
+                     f"({', '.join(kit.held_for_options)})")
+    return f"onegpu: {kit.held_back + kit.held_for_options_count} test(s) deselected: " + "; ".join(parts)

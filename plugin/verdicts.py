@@ -1,7 +1,7 @@
 """Pure: per-test outcomes -> one verdict per phase and one line for the whole run."""
 from __future__ import annotations
 
-from .outcomes import consequence
+from .outcomes import HOME_PHASE, consequence
 from .receipt import PHASES
 
 # The worst outcome of a phase's tests decides the phase. A phase the session cut (or never reached) is
@@ -29,8 +29,13 @@ def phase_verdicts(tests: dict[str, dict], progress: dict[str, dict] | None = No
         for t in entries:
             counts[t["outcome"]] = counts.get(t["outcome"], 0) + 1
         ran = [t for t in entries if t["outcome"] != "deselected"]
+        waiting = [t for t in ran if t["outcome"] == "blocked"
+                   and PHASES.index(HOME_PHASE.get(t.get("code"), phase)) > PHASES.index(phase)]
+        ran = [t for t in ran if t not in waiting]
+        wait_note = (f"{len(waiting)} test(s) not run here: they wait on phase {HOME_PHASE[waiting[0]['code']]} "
+                     f"({waiting[0]['code']})") if waiting else None
         if not ran:
-            out[phase] = {"verdict": "NOT RUN", "code": None, "message": None, "counts": counts}
+            out[phase] = {"verdict": "NOT RUN", "code": None, "message": wait_note, "counts": counts}
             continue
         # The worst outcome; among blocked tests, the most consequential code (a capacity failure before
         # "replayed"); ties keep the test order.
@@ -39,6 +44,8 @@ def phase_verdicts(tests: dict[str, dict], progress: dict[str, dict] | None = No
         verdict = _VERDICT[worst["outcome"]]
         out[phase] = {"verdict": verdict, "code": worst.get("code"),
                       "message": worst.get("message") if verdict != "PASSED" else None, "counts": counts}
+        if wait_note:
+            out[phase]["message"] = f"{out[phase]['message']}; {wait_note}" if out[phase]["message"] else wait_note
         codes = sorted({t["code"] for t in ran if t["outcome"] == "blocked" and t.get("code")},
                        key=lambda c: -consequence(c))
         if codes:

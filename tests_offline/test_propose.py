@@ -62,10 +62,10 @@ def test_a_request_needs_identity_and_context_and_assumes_the_rest_visibly():
     ({"cpu_offload_gib": 4}, "field 'cpu_offload_gib': value 4: a proposal request carries no budgets"),
     ({"container_ram_gib": 64}, "field 'container_ram_gib': value 64: a proposal request carries no budgets"),
     ({"deadline_s": 60}, "field 'deadline_s': value 60: unknown field"),
-    ({"model_revision": "main"}, "field 'model_revision': value 'main': must be the 40-character"),
-    ({"context_tokens": True}, "field 'context_tokens': value True: must be an integer (a boolean is not)"),
-    ({"model_path": "models/x"}, "field 'model_path': value 'models/x': must be an absolute path"),
-    ({"schema": "onegpu/settings@1"}, f"field 'schema': value 'onegpu/settings@1': must be '{REQUEST_SCHEMA}'"),
+    ({"model_revision": "main"}, "field 'model_revision': value \"main\": must be the 40-character"),
+    ({"context_tokens": True}, "field 'context_tokens': value true: must be an integer (a boolean is not)"),
+    ({"model_path": "models/x"}, "field 'model_path': value \"models/x\": must be an absolute path"),
+    ({"schema": "onegpu/settings@1"}, f"field 'schema': value \"onegpu/settings@1\": must be '{REQUEST_SCHEMA}'"),
 ])
 def test_a_bad_request_names_the_field_the_value_and_the_rule(changes, named):
     with pytest.raises(SettingsError) as err:

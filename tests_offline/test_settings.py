@@ -64,9 +64,9 @@ def legacy_filled(tmp_path) -> Path:
 def test_earlier_example_is_read_as_its_schema_and_only_its_placeholders_are_refused():
     errors = errors_of(LEGACY_EXAMPLE)
     assert errors == [
-        "field 'model_revision': value 'REPLACE_WITH_EXACT_40_HEX_REVISION' is a placeholder: replace it with "
+        "field 'model_revision': value \"REPLACE_WITH_EXACT_40_HEX_REVISION\" is a placeholder: replace it with "
         "the real value",
-        "field 'model_path': value '/choose/an/existing/local/checkpoint' is a placeholder: replace it with the "
+        "field 'model_path': value \"/choose/an/existing/local/checkpoint\" is a placeholder: replace it with the "
         "real value",
     ]
 
@@ -136,20 +136,20 @@ def test_every_broken_rule_is_reported_at_once_with_field_value_and_rule(tmp_pat
     del bad["deadline_s"]
     errors = errors_of(write(tmp_path, bad))
     assert errors == [
-        f"field 'colour': value 'blue': unknown field (not in {OWN_SCHEMA})",
+        f"field 'colour': value \"blue\": unknown field (not in {OWN_SCHEMA})",
         "field 'deadline_s': required",
-        "field 'model_revision': value 'main': must be the 40-character lowercase hex commit of the model "
+        "field 'model_revision': value \"main\": must be the 40-character lowercase hex commit of the model "
         "repository",
-        "field 'model_path': value 'models/mimo': must be an absolute path (a relative path would depend on where "
+        "field 'model_path': value \"models/mimo\": must be an absolute path (a relative path would depend on where "
         "pytest runs)",
-        "field 'gpu': value 'cuda:0': must be a GPU index from 0 to 63 or a GPU UUID (GPU-...)",
-        "field 'context_tokens': value True: must be an integer (a boolean is not) from 1 to 16777216",
+        "field 'gpu': value \"cuda:0\": must be a GPU index from 0 to 63 or a GPU UUID (GPU-...)",
+        "field 'context_tokens': value true: must be an integer (a boolean is not) from 1 to 16777216",
         "field 'prefill_chunk_tokens': value 0: must be from 1 to 16777216",
-        "field 'cpu_offload_gib': value 'lots': must be a finite number (a boolean is not) from 0 to 65536",
+        "field 'cpu_offload_gib': value \"lots\": must be a finite number (a boolean is not) from 0 to 65536",
         "field 'shm_gib': value 0.01: must be from 0.0625 to 4096",
-        "field 'kv_cache_dtype': value 'fp4': must be one of auto, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2 or "
+        "field 'kv_cache_dtype': value \"fp4\": must be one of auto, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2 or "
         "null",
-        "field 'trust_remote_code': value 'yes': must be true or false",
+        "field 'trust_remote_code': value \"yes\": must be true or false",
     ]
 
 
@@ -159,7 +159,7 @@ def test_every_broken_rule_is_reported_at_once_with_field_value_and_rule(tmp_pat
 ])
 def test_a_boolean_is_not_a_number(tmp_path, field, value):
     (error,) = errors_of(write(tmp_path, {**OWN_MINIMAL, field: value}))
-    assert error.startswith(f"field {field!r}: value {value!r}: must be")
+    assert error.startswith(f"field {field!r}: value {json.dumps(value)}: must be")
 
 
 @pytest.mark.parametrize("field, value", [("context_tokens", 2048.0), ("deadline_s", 1.5)])
@@ -195,19 +195,19 @@ def test_strict_json_reads_floats_up_to_the_edge_of_the_64_bit_range():
 ])
 def test_relative_and_home_paths_are_refused(tmp_path, path, rule):
     (error,) = errors_of(write(tmp_path, {**OWN_MINIMAL, "model_path": path}))
-    assert error.startswith(f"field 'model_path': value {path!r}") and rule in error
+    assert error.startswith(f"field 'model_path': value {json.dumps(path)}") and rule in error
 
 
 @pytest.mark.parametrize("revision", ["main", REVISION.upper(), REVISION[:-1], REVISION + "0", "v1.0", 12345])
 def test_revision_must_be_a_full_lowercase_commit(tmp_path, revision):
     (error,) = errors_of(write(tmp_path, {**OWN_MINIMAL, "model_revision": revision}))
-    assert error.startswith(f"field 'model_revision': value {revision!r}")
+    assert error.startswith(f"field 'model_revision': value {json.dumps(revision)}")
 
 
 @pytest.mark.parametrize("gpu", [-1, 64, "0", "cuda:0", "GPU-xyz", "GPU-", 0.0, None])
 def test_bad_gpu_selectors(tmp_path, gpu):
     (error,) = errors_of(write(tmp_path, {**OWN_MINIMAL, "gpu": gpu}))
-    assert error == f"field 'gpu': value {gpu!r}: must be a GPU index from 0 to 63 or a GPU UUID (GPU-...)"
+    assert error == f"field 'gpu': value {json.dumps(gpu)}: must be a GPU index from 0 to 63 or a GPU UUID (GPU-...)"
 
 
 @pytest.mark.parametrize("gpu", [0, 63, "GPU-cb3dfa52-e2f3-9ca4-a399-7d16041c3732",
@@ -226,12 +226,12 @@ def test_image_reference_shapes(tmp_path, image, ok):
     if ok:
         assert load_settings(path).image == image
     else:
-        assert errors_of(path)[0].startswith(f"field 'image': value {image!r}")
+        assert errors_of(path)[0].startswith(f"field 'image': value {json.dumps(image)}")
 
 
 def test_unknown_schema_and_non_object_documents(tmp_path):
     assert errors_of(write(tmp_path, {**OWN_MINIMAL, "schema": "onegpu/settings@2"})) == [
-        f"field 'schema': value 'onegpu/settings@2': must be {OWN_SCHEMA!r} or {LEGACY_SCHEMA!r}"]
+        f"field 'schema': value \"onegpu/settings@2\": must be {OWN_SCHEMA!r} or {LEGACY_SCHEMA!r}"]
     assert errors_of(write(tmp_path, "[1, 2]")) == ["the document must be a JSON object, found list"]
 
 
@@ -261,8 +261,8 @@ def test_bad_settings_file_is_one_blocked_fact_listing_every_error(kit_project):
     result.assert_outcomes(xfailed=1)
     out = result.stdout.str()
     assert "Traceback" not in out and "Error" not in out.replace("SettingsError", "")
-    result.stdout.fnmatch_lines(["*BLOCKED SETTINGS_INVALID: bad.json: field 'model_path': value '~/mimo'*"
-                                 "; field 'gpu': value -1*; field 'context_tokens': value True*"])
+    result.stdout.fnmatch_lines(['*BLOCKED SETTINGS_INVALID: bad.json: field \'model_path\': value "~/mimo"*'
+                                 "; field 'gpu': value -1*; field 'context_tokens': value true*"])
     receipt = json.loads(next((kit_project.path / "runs").iterdir()).joinpath("receipt.json").read_text())
     (entry,) = receipt["tests"].values()
     assert (entry["outcome"], entry["code"], entry["numbers"]) == ("blocked", "SETTINGS_INVALID", {"errors": 3})
@@ -275,7 +275,7 @@ def test_earlier_example_through_pytest_blocks_on_its_placeholders(kit_project):
     result = kit_project.runpytest("-m", "scan", "--settings", "legacy.json", "-rx")
     result.assert_outcomes(xfailed=1)
     result.stdout.fnmatch_lines(["*BLOCKED SETTINGS_INVALID: legacy.json: field 'model_revision': value "
-                                 "'REPLACE_WITH_EXACT_40_HEX_REVISION' is a placeholder*"])
+                                 '"REPLACE_WITH_EXACT_40_HEX_REVISION" is a placeholder*'])
 
 
 def test_missing_settings_is_its_own_blocked_fact(kit_project):
