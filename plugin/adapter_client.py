@@ -287,8 +287,10 @@ class ClientConnection(asyncio.Protocol):
 
     def _client_left(self) -> None:
         if self.call is not None:
-            if self.call.outcome == "complete":
+            if self.call.outcome == "complete" and not self.call.response.done_seen:
                 self.call.outcome = "client disconnected"
+            # A client that closes at `data: [DONE]` has its whole answer; the engine may still log its own
+            # last write to it as a disconnect, which is not the answer's fate.
             self._end_call(reusable=False)
 
     def cut(self, reason: str) -> None:

@@ -63,6 +63,7 @@ class BodyMeter:
         self.last_token_s: float | None = None
         self.text_events = 0
         self.completion_tokens: int | None = None
+        self.done_seen = False  # the stream's `data: [DONE]` passed: the answer is whole for the client
         self._pending = b""  # an SSE event not yet terminated by a blank line
         self._kept: list[bytes] | None = [] if not streamed else None
 
@@ -91,6 +92,7 @@ class BodyMeter:
                 continue
             payload = line[5:].strip()
             if payload == b"[DONE]":
+                self.done_seen = True
                 continue
             try:  # msgspec: ~5x faster than json here, and this runs for every event of every stream
                 obj = msgspec.json.decode(payload)
@@ -123,13 +125,19 @@ class BodyMeter:
         return out
 
     def _tokens_per_s(self) -> float | None:
-        """Tokens after the first, over the time between first and last text chunk (None if unknowable)."""
+        """Tokens after the first, over the time between first and last text chunk; None if unknowable. A stream
+        counts its tokens only when the engine said so (usage, sent when the client asks with
+        stream_options.include_usage): text events are not tokens, and a rate is never guessed from them."""
         if self.first_token_s is None or self.last_token_s is None or self.last_token_s <= self.first_token_s:
             return None
-        tokens = self.completion_tokens if self.completion_tokens is not None else self.text_events
-        if tokens < 2:
+        tokens = self.completion_tokens
+        if tokens is None or tokens < 2:
             return None
         return round((tokens - 1) / (self.last_token_s - self.first_token_s), 3)
+
+
+NO_STREAM_USAGE = ("the stream carried no usage: token counts of a stream come only from the engine, when the "
+                   "request asks with stream_options.include_usage; none is guessed")
 
 
 class CallRecord:
@@ -173,6 +181,8 @@ class CallRecord:
         if self.response.streamed:
             line["stream_ttft_s"] = resp["stream_ttft_s"]
             line["stream_output_tokens_per_s"] = resp["stream_output_tokens_per_s"]
+            if resp["completion_tokens"] is None:
+                line["completion_tokens_missing"] = NO_STREAM_USAGE
         return line
 
 
@@ -285,6 +295,7 @@ def summarize(entries: list[dict]) -> dict:
         "request_bytes": sum(int(e.get("request_bytes") or 0) for e in entries),
         "response_bytes": sum(int(e.get("response_bytes") or 0) for e in entries),
         "completion_tokens": sum(int(e.get("completion_tokens") or 0) for e in entries),
+        "streams_without_token_count": sum(1 for e in streams if e.get("completion_tokens") is None),
         "latency_forwarded_s": {"p50": percentile(elapsed, 50), "p95": percentile(elapsed, 95)},
         "streams": {
             "label": TRANSPORT_LABEL,

@@ -29,6 +29,9 @@ class FakeEngine:
         self.chunks, self.token_delay_s, self.response_delay_s = chunks, token_delay_s, response_delay_s
         self.mode = "ok"
         self.chunk_pad = 0  # spaces added to every streamed token after the first (large answers)
+        # Pause between `data: [DONE]` and the end of the chunked body: vLLM writes them apart, so a client can
+        # close at [DONE] before the engine's last write.
+        self.done_gap_s = 0.0
         self.health_status = 200
         self.chunks_sent = 0
         self.requests = 0
@@ -151,7 +154,13 @@ class FakeEngine:
                 usage = {"prompt_tokens": 3, "completion_tokens": self.chunks, "total_tokens": 3 + self.chunks}
                 writer.write(conn.send(h11.Data(data=b"data: " + json.dumps({"choices": [], "usage": usage}).encode()
                                                 + b"\n\n")))
-            writer.write(conn.send(h11.Data(data=b"data: [DONE]\n\n")) + conn.send(h11.EndOfMessage()))
+            if self.done_gap_s:
+                writer.write(conn.send(h11.Data(data=b"data: [DONE]\n\n")))
+                await writer.drain()
+                await asyncio.sleep(self.done_gap_s)
+                writer.write(conn.send(h11.EndOfMessage()))
+            else:
+                writer.write(conn.send(h11.Data(data=b"data: [DONE]\n\n")) + conn.send(h11.EndOfMessage()))
             await writer.drain()
             self.last_chunk_sent_s = time.monotonic()
         except (ConnectionError, asyncio.CancelledError):

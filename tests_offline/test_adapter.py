@@ -184,9 +184,34 @@ def test_stream_timing_is_measured_from_the_stream(adapter, engine, tmp_path):
     call(adapter.port, "POST", "/v1/completions", completion_body(stream=True))  # no usage in the stream
     adapter.close(grace_s=0)
     (entry,) = read_entries(tmp_path / "transport.jsonl")
-    assert entry["completion_tokens"] is None
-    # 5 text chunks 0.1 s apart: 4 tokens after the first over ~0.4 s.
-    assert 7 < entry["stream_output_tokens_per_s"] < 11
+    # Without usage in the stream no count and no rate: five text chunks are not five tokens.
+    assert entry["completion_tokens"] is None and entry["stream_output_tokens_per_s"] is None
+    assert "stream_options.include_usage" in entry["completion_tokens_missing"]
+    assert entry["stream_ttft_s"] > 0
+    assert summarize([entry])["streams_without_token_count"] == 1
+
+
+def test_a_client_closing_at_done_has_a_complete_answer(adapter, engine, tmp_path):
+    """The client reads up to `data: [DONE]` and hangs up before the engine's last write (the chunked body's
+    end): its answer was whole, and the call is logged complete, not as a client disconnect."""
+    import socket
+
+    engine.chunks, engine.token_delay_s, engine.done_gap_s = 3, 0.0, 0.5
+    body = completion_body(stream=True)
+    with socket.create_connection(("127.0.0.1", adapter.port)) as sock:
+        sock.settimeout(10)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:" + str(adapter.port).encode()
+                     + b"\r\nAuthorization: Bearer " + KEY.encode()
+                     + b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode()
+                     + b"\r\n\r\n" + body)
+        seen = b""
+        while b"data: [DONE]" not in seen:
+            chunk = sock.recv(65536)
+            assert chunk, seen
+            seen += chunk
+    adapter.close(grace_s=1)
+    (entry,) = read_entries(tmp_path / "transport.jsonl")
+    assert entry["outcome"] == "complete", entry
 
 
 def test_closing_answers_503_and_lets_calls_in_flight_finish(adapter, engine, tmp_path):
