@@ -83,13 +83,30 @@ class RunResult:
     answered: int = 0
     errors: dict[str, int] = field(default_factory=dict)  # code -> count
     engine_death: dict | None = None  # the engine's state once it was found dead
+    engine_end: dict | None = None  # why it ended: code, why (the sentence), the engine's quote and evidence
     deadline_hit: bool = False
     elapsed_s: float = 0.0
 
 
 def engine_death_code(state: dict) -> str:
-    """The outcome code for an engine found dead: its RAM cap killed it, or it died otherwise."""
+    """The outcome code for an engine found dead, from its Docker state alone: its RAM cap killed it, or it
+    died otherwise (explain_death reads the engine's log where the handle can)."""
     return "HOST_OOM_KILLED" if state.get("oom_killed") else "ENGINE_DIED"
+
+
+def explain_death(engine, state: dict) -> dict:
+    """{code, reason, why, ...} for an engine found dead: `why` (the exit code, OOMKilled, then the reason) is
+    what messages carry.
+
+    The kit's engine handle reads the engine's own reason from its log (`explain_end`: quote, last line,
+    OOM evidence join the dict); a handle with no log to read gets the code from the Docker state alone.
+    """
+    facts = f"exit code {state.get('exit_code')}, OOMKilled {state.get('oom_killed')}"
+    explain = getattr(engine, "explain_end", None)
+    if explain is None:
+        return {"code": engine_death_code(state), "reason": None, "why": f"({facts})"}
+    end = explain(state)
+    return {**end.as_json(), "reason": end.reason(), "why": f"({facts}): {end.reason()}"}
 
 
 def recover_jsonl(path: Path) -> tuple[list[dict], bytes]:
@@ -233,7 +250,7 @@ def run_requests(requests: list[RequestLine], engine: EngineLike, files: BatchFi
                     .hexdigest(), "request_bytes": len(req.body), "sent": False, "started_at": now_iso()}
             code = None
             if result.engine_death is not None:
-                code = engine_death_code(result.engine_death)
+                code = result.engine_end["code"]
                 recorder.failed(req, base, code, "not sent: the engine had died", result.engine_death)
             elif clock() >= deadline_at:
                 result.deadline_hit, code = True, "DEADLINE"
@@ -273,11 +290,10 @@ def _send_one(req, engine, recorder, result, base, *, send, clock, sleep, timeou
         elapsed = round(clock() - started, 3)
         state = _engine_gone(engine, death_grace_s, clock, sleep)
         if state is not None:
-            result.engine_death = state
-            code = engine_death_code(state)
+            result.engine_death, result.engine_end = state, explain_death(engine, state)
+            code = result.engine_end["code"]
             recorder.failed(req, {**timing, "elapsed_s": elapsed}, code,
-                            f"the engine died before answering (exit code {state.get('exit_code')}, OOMKilled "
-                            f"{state.get('oom_killed')})", state)
+                            f"the engine died before answering {result.engine_end['why']}", state)
             return code
         recorder.failed(req, {**timing, "elapsed_s": elapsed}, "TRANSPORT",
                         f"{type(exc).__name__}: {exc}; the engine is still running; not retried", None)

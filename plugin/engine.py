@@ -8,6 +8,7 @@ KeyboardInterrupt, a pytest-timeout failure) still takes the container down.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 import http.client
 import os
 import time
@@ -16,7 +17,7 @@ from typing import Callable
 
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
-from .bootlog import classify_failure, parse_boot_log
+from .bootlog import Failure, death_in_log, explain_failure, parse_boot_log
 from .engine_watch import LogPump, OomWatch, last_line
 from .interrupts import GUARD
 from .launch import LABEL_OWNER_PID, LABEL_RUN_ID, LaunchSpec
@@ -33,6 +34,59 @@ POLL_S = 0.25
 HEALTH_TIMEOUT_S = 2.0
 PROGRESS_EVERY_S = 1.0
 LOG_TAIL_LINES = 40
+
+
+@dataclass(frozen=True)
+class EngineEnd:
+    """Why the engine ended (at boot or while serving): the outcome code with the engine's own words.
+
+    `quote` is the engine's line that says why (None when its log states no reason: a process killed
+    before it could print one); `last_line` is the log's last line, shown only in that case.
+    """
+
+    code: str
+    quote: str | None
+    last_line: str
+    exit_code: int | None
+    oom_killed: bool | None
+    oom_kills: int | None  # OOM kills the container's cgroup counted while the kit watched (None: not read)
+    oom_events: int | None  # Docker's "oom" events of the container (read at teardown; None before)
+    ram_cap_bytes: int | None
+
+    def reason(self) -> str:
+        """The sentence that says why: the engine's words, the RAM cap's evidence, what exit code 0 means."""
+        parts = []
+        if self.code == "HOST_OOM_KILLED":
+            evidence = [e for e in ("Docker reports the container OOMKilled" if self.oom_killed else "",
+                                    f"its cgroup counted {self.oom_kills} OOM kill(s)" if self.oom_kills else "",
+                                    f"Docker sent {self.oom_events} oom event(s)" if self.oom_events else "") if e]
+            parts.append(f"the RAM cap of {gib(self.ram_cap_bytes)} was exceeded: "
+                         f"{', '.join(evidence) or 'the OOM killer fired in its cgroup'}")
+        if self.quote:
+            parts.append(f"the engine said: {self.quote!r}")
+        elif self.code == "LOAD_TIMEOUT":
+            parts.append(f"last log line: {self.last_line[:300]!r}")
+        else:  # a process killed before it could print why (the RAM cap's kill of the API server itself)
+            parts.append("the engine's log states no reason"
+                         + (f"; its last line: {self.last_line[:300]!r}" if self.last_line else ""))
+        if self.exit_code == 0:
+            parts.append("exit code 0 is no clean stop here: vLLM's API server exits 0 once its engine core died")
+        return "; ".join(parts)
+
+    def as_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def engine_end(failure: Failure | None, log_text: str, state: dict, oom_first: int | None, oom_last: int | None,
+               ram_cap_bytes: int | None, timed_out: bool = False) -> EngineEnd:
+    """The EngineEnd of an engine that failed or died, from explain_failure's verdict (None: the log and
+    state show no failure, e.g. a container that exited while the kit was still checking)."""
+    if failure is None:
+        failure = Failure("LOAD_TIMEOUT", None) if timed_out else Failure("ENGINE_DIED", death_in_log(log_text))
+    oom_kills = oom_last - oom_first if oom_first is not None and oom_last is not None else None
+    tail = last_line("\n".join(l for l in _tail(log_text) if l.strip()))
+    return EngineEnd(failure.code, failure.quote, tail, state.get("exit_code"), state.get("oom_killed"),
+                     oom_kills, state.get("oom_events"), ram_cap_bytes)
 
 
 class _BootFailed(Exception):
@@ -62,6 +116,10 @@ class EngineHandle:
 
     def alive(self) -> bool:
         return self.state()["status"] == "running"
+
+    def explain_end(self, state: dict) -> "EngineEnd":
+        """Why the engine ended once it is found dead: the code, its own words from engine.log, the evidence."""
+        return self._engine.explain_end(state)
 
 
 class Engine:
@@ -188,9 +246,7 @@ class Engine:
         """Take the container down (reading its end state first) and name the failure from log + state."""
         final = self.close()
         log_text = final.get("log_text", "")
-        code = classify_failure(log_text, final.get("exit_code"), bool(final.get("oom_killed")),
-                                bool(final.get("oom_kill_count_rose") or final.get("oom_events")),
-                                failure.timed_out) or ("LOAD_TIMEOUT" if failure.timed_out else "ENGINE_DIED")
+        end = self._end_of(log_text, final, failure.timed_out)
         numbers = {"exit_code": final.get("exit_code"), "oom_killed": final.get("oom_killed"),
                    "oom_kill_count_rose": final.get("oom_kill_count_rose"), "elapsed_s": round(elapsed_s, 3),
                    "boot_deadline_s": self.boot_deadline_s}
@@ -199,9 +255,25 @@ class Engine:
         else:
             what = (f"the engine exited during boot after {elapsed_s:,.1f} s with exit code {final.get('exit_code')}"
                     + (" (OOMKilled)" if final.get("oom_killed") else ""))
-        tail = last_line("\n".join(l for l in _tail(log_text) if l.strip()))
-        self.failure = {"code": code, "timed_out": failure.timed_out, **numbers, "log_tail": _tail(log_text)}
-        return Blocked(code, f"{what}; last log line: {tail[:300]!r}; full log in {self.log_path}", numbers)
+        self.failure = {"code": end.code, "timed_out": failure.timed_out, **numbers, "quote": end.quote,
+                        "reason": end.reason(), "log_tail": _tail(log_text)}
+        return Blocked(end.code, f"{what}; {end.reason()}; full log in {self.log_path}", numbers)
+
+    def _end_of(self, log_text: str, state: dict, timed_out: bool = False) -> EngineEnd:
+        rose = bool(state.get("oom_kill_count_rose") or state.get("oom_events")
+                    or (self._oom is not None and self._oom.rose))
+        failure = explain_failure(log_text, state.get("exit_code"), bool(state.get("oom_killed")), rose, timed_out)
+        oom = self._oom
+        return engine_end(failure, log_text, state, oom.first if oom else None, oom.last if oom else None,
+                          self.spec.mem_limit_bytes, timed_out)
+
+    def explain_end(self, state: dict) -> EngineEnd:
+        """Why the engine, found dead after it was ready, ended: its whole log read with its end state."""
+        try:
+            log_text = self._logs_now()  # the daemon's complete copy while the exited container is still there
+        except (DockerException, OSError):
+            log_text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return self._end_of(log_text, state)
 
     # -- the end --------------------------------------------------------------------------------------
     def state(self) -> dict:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from . import canary as canary_mod
-from .batch import (BATCH_STEM, BatchFiles, BatchRecordError, RunResult, engine_death_code, open_records,
+from .batch import (BATCH_STEM, BatchFiles, BatchRecordError, RunResult, open_records,
                     pending, read_binding, resume_problems, run_requests, write_binding)
 from .batch_summary import summarize, summary_lines
 from .glue import blocked_as_xfail
@@ -205,10 +205,9 @@ def _records_line(files: BatchFiles) -> str:
 
 def _blocked_by(run: RunResult, what: str) -> Blocked | None:
     if run.engine_death is not None:
-        state = run.engine_death
-        return Blocked(engine_death_code(state), f"the engine died during the {what} (exit code "
-                                                 f"{state.get('exit_code')}, OOMKilled {state.get('oom_killed')}); "
-                                                 "the requests left are recorded as errors", {**state})
+        end = run.engine_end
+        return Blocked(end["code"], f"the engine died during the {what} {end['why']}; the requests left are "
+                                    "recorded as errors", {**run.engine_death})
     if run.deadline_hit:
         return Blocked("DEADLINE", f"the overall deadline passed during the {what}; the requests left are "
                                    "recorded as errors", dict(run.errors))

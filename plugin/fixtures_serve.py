@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from .batch import explain_death
 from .glue import blocked_as_xfail
 from .outcomes import Blocked
 from .serve_window import ServeWindow, WindowClosed, WindowNotReady, ready_line
@@ -32,6 +33,7 @@ def _record(kit, window: ServeWindow, closed: WindowClosed | None = None) -> Non
         "model": doc["model"], "window_s": doc["window_s"], "ready_at": doc["ready_at"],
         "deadline": doc["deadline"], "closed_at": doc["closed_at"], "closed_reason": doc["closed_reason"],
         "cut_in_flight": closed.cut_in_flight if closed else None,
+        "engine_end": window.engine_end,
         "transport": closed.transport if closed else None,
         "note": "the transport log is a record of calls through the adapter, not a grade",
     })
@@ -44,7 +46,8 @@ def serve_window(pytestconfig, live_hardware, engine, settings, kit):
     """The open serve window (READY); closed at session end if its test did not close it."""
     window = ServeWindow(kit.run_folder, str(engine.socket_path), settings.model_id, settings.serve_window_s,
                          engine_state=lambda: None if engine.alive() else engine.state(),
-                         upstream_timeout_s=settings.request_timeout_s)
+                         upstream_timeout_s=settings.request_timeout_s,
+                         explain_end=lambda state: explain_death(engine, state))
     _record(kit, window)
     announce(pytestconfig, f"onegpu serve: connection file {window.connection_path} (STARTING)")
     try:
@@ -53,9 +56,9 @@ def serve_window(pytestconfig, live_hardware, engine, settings, kit):
         except WindowNotReady as exc:
             if exc.engine_state is None:
                 raise
-            code = "HOST_OOM_KILLED" if exc.engine_state.get("oom_killed") else "ENGINE_DIED"
+            _record(kit, window)
             with blocked_as_xfail():
-                raise Blocked(code, str(exc)) from None
+                raise Blocked(window.engine_end["code"], str(exc)) from None
         _record(kit, window)
         announce(pytestconfig, f"onegpu serve: {ready_line(window)}")
         yield window

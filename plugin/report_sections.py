@@ -96,7 +96,8 @@ def boot(receipt: dict) -> str:
     else:
         failure = b.get("failure") or {}
         body.append(f'<p class="og-blocked">BLOCKED {e(b.get("code"))}: {e(b.get("message"))}</p>')
-        body.append(kv([("exit code", failure.get("exit_code")), ("OOMKilled", failure.get("oom_killed")),
+        body.append(kv([("the engine's own words", failure.get("quote") or "none: its log states no reason"),
+                        ("exit code", failure.get("exit_code")), ("OOMKilled", failure.get("oom_killed")),
                         ("timed out", failure.get("timed_out")), ("boot deadline", _seconds(failure.get(
                             "boot_deadline_s")))]))
         if failure.get("log_tail"):
@@ -156,6 +157,14 @@ def _summary(summary: dict | None) -> str:
     return "<ul>" + "".join(f"<li>{e(line)}</li>" for line in lines) + "</ul>"
 
 
+def _engine_end(end: dict | None) -> list[tuple[str, object]]:
+    """The rows of an engine that died while requests ran: the code, and why in the engine's own words."""
+    if not end:
+        return []
+    return [("the engine died", f"{text(end.get('code'))} {text(end.get('why'))}"),
+            ("the engine's own words", end.get("quote") or "none: its log states no reason")]
+
+
 def canary(receipt: dict) -> str:
     """The canary's request file and its UNSCORED counts."""
     c = receipt.get("canary")
@@ -163,6 +172,7 @@ def canary(receipt: dict) -> str:
         return section("canary", "Canary (UNSCORED)", absent(receipt, "canary"))
     rows = _request_file(c.get("request_file") or {}) + [("written by the kit", (c.get("request_file") or {}).get(
         "written_by_kit")), ("needle check", c.get("needle_check") or "no needle request")]
+    rows += _engine_end((c.get("session_run") or {}).get("engine_end"))
     return section("canary", "Canary (UNSCORED)", f"<p>{UNSCORED}{e(c.get('label'))}</p>" + kv(rows)
                    + _summary(c.get("summary")))
 
@@ -180,7 +190,7 @@ def batch(receipt: dict) -> str:
         ("dataset", _join(p.get("dataset"), p.get("dataset_revision"))),
         ("scorer", _join(p.get("scorer"), p.get("scorer_revision"))),
         ("interaction / timing", f"{text(p.get('interaction'))} / {text(p.get('timing_policy'))}"),
-        ("resumed", b.get("resumed") or "no")]
+        ("resumed", b.get("resumed") or "no")] + _engine_end((b.get("session_run") or {}).get("engine_end"))
     return section("batch", "Batch statistics (UNSCORED)", f"<p>{UNSCORED}a transport record, not a score: the "
                    "benchmark's own scorer reads responses.jsonl</p>" + kv(rows) + _summary(b.get("summary")))
 
@@ -198,7 +208,7 @@ def serve(receipt: dict) -> str:
             ("URL / model", f"{text(s.get('url'))} / {text(s.get('model'))}"), ("window", _seconds(s.get("window_s"))),
             ("READY at / deadline", f"{text(s.get('ready_at'))} / {text(s.get('deadline'))}"),
             ("closed at", s.get("closed_at")), ("why closed", s.get("closed_reason")),
-            ("calls cut at close", s.get("cut_in_flight"))]
+            ("calls cut at close", s.get("cut_in_flight"))] + _engine_end(s.get("engine_end"))
     if t:
         rows += [("calls / forwarded", f"{text(t.get('calls'))} / {text(t.get('forwarded'))}"),
                  ("statuses", ", ".join(f"{k}: {v}" for k, v in (t.get("statuses") or {}).items())),

@@ -16,6 +16,7 @@ from typing import Callable
 from .adapter import AdapterLimits
 from .adapter_http import FORWARDED, MAX_BODY_BYTES, MAX_OUTSTANDING
 from .adapter_thread import AdapterThread
+from .batch import explain_death
 from .outcomes import Blocked
 from .rundir import write_json
 from .transport_log import read_entries, summarize
@@ -125,14 +126,18 @@ class WindowClosed:
 class ServeWindow:
     """One serve window over an engine's Unix socket, its files in the run folder.
 
-    `engine_state` returns None while the engine runs, else its final state dict.
+    `engine_state` returns None while the engine runs, else its final state dict; `explain_end` turns that
+    state into {code, reason, why, ...} (plugin.batch.explain_death: the engine's own words where a log is read).
     """
 
     def __init__(self, run_folder: Path, socket_path: str, model_id: str, window_s: float,
                  engine_state: Callable[[], dict | None], upstream_timeout_s: float = 600.0,
-                 grace_s: float = CLOSE_GRACE_S):
+                 grace_s: float = CLOSE_GRACE_S,
+                 explain_end: Callable[[dict], dict] = lambda state: explain_death(None, state)):
         self.run_folder, self.window_s, self.grace_s = run_folder, window_s, grace_s
         self.engine_state = engine_state
+        self.explain_end = explain_end
+        self.engine_end: dict | None = None  # set once the engine is found gone: why it ended
         self.key = secrets.token_urlsafe(32)
         self.adapter = AdapterThread(socket_path, self.key, run_folder / TRANSPORT_FILE,
                                      AdapterLimits(upstream_timeout_s=upstream_timeout_s))
@@ -162,19 +167,26 @@ class ServeWindow:
                 return
             time.sleep(POLL_S)
         gone = self.engine_state()
-        why = (engine_gone(gone) if gone is not None
+        why = (self.gone_reason(gone) if gone is not None
                else f"GET /health through the adapter did not answer 200 within {timeout_s:g} s (last: {status})")
         self.close(f"never ready: {why}")
         raise WindowNotReady(why, gone)
+
+    def gone_reason(self, state: dict) -> str:
+        """The engine's end as the window says it: Docker's state, then the engine's own reason."""
+        if self.engine_end is None:
+            self.engine_end = self.explain_end(state)
+        reason = self.engine_end.get("reason")
+        return engine_gone(state) + (f": {reason}" if reason else "")
 
     def wait(self, poll_s: float = POLL_S, clock=time.monotonic, sleep=time.sleep) -> str:
         """Block until STOP, the deadline, or the engine's end; return the reason (the window is still open)."""
         assert self.deadline_mono is not None, "wait_ready() first"
         while True:
-            reason = close_reason((self.run_folder / STOP_FILE).exists(), clock(), self.deadline_mono,
-                                  self.window_s, self.engine_state())
+            state, stop = self.engine_state(), (self.run_folder / STOP_FILE).exists()
+            reason = close_reason(stop, clock(), self.deadline_mono, self.window_s, state)
             if reason:
-                return reason
+                return self.gone_reason(state) if state is not None and not stop else reason
             sleep(poll_s)
 
     def close(self, reason: str) -> WindowClosed:
@@ -214,7 +226,7 @@ def hold_open(window: ServeWindow) -> list[str]:
              f"{t['latency_forwarded_s']['p95']} s (a transport record, not a grade)"]
     gone = window.engine_state()
     if gone is not None:
-        code = "HOST_OOM_KILLED" if gone.get("oom_killed") else "ENGINE_DIED"
-        raise Blocked(code, f"the engine ended the serve window: {engine_gone(gone)}", {
+        reason = window.gone_reason(gone)
+        raise Blocked(window.engine_end["code"], f"the engine ended the serve window: {reason}", {
             "ready_s": closed.ready_s, "calls": t["calls"]})
     return lines
