@@ -32,7 +32,9 @@ import resource
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -92,19 +94,22 @@ def cpu_snapshot(pid: int) -> tuple[tuple[int, int], float, float]:
     return machine_cpu_ticks(), sum(psutil.Process(pid).cpu_times()[:2]), time.time()
 
 
+WARMUP_CALLS = 50  # untimed calls per client before each block's timed ones
+
+
 def measure(kind: str, target, payload: bytes, stream: bool, total: int, clients: int,
-            usage: dict) -> list[float]:
+            usage: dict, warmup: int = WARMUP_CALLS) -> list[float]:
     """Timed calls. Adds to `usage` the clients' CPU seconds and calls and, for several clients, the
     machine's busy and idle ticks and the adapter process's CPU seconds (usage["pid"]) from the moment the
     clients start their timed calls to the last one's end."""
     if clients == 1:
-        times, cpu_per_call = client_loop(kind, target, payload, stream, total, 50, 0)
+        times, cpu_per_call = client_loop(kind, target, payload, stream, total, warmup, 0)
         parts = [(times, cpu_per_call)]
     else:
         with mp.get_context("fork").Pool(clients) as pool:
             start_at = time.time() + 0.5
-            pending = pool.starmap_async(client_loop,
-                                         [(kind, target, payload, stream, total // clients, 50, start_at)] * clients)
+            pending = pool.starmap_async(
+                client_loop, [(kind, target, payload, stream, total // clients, warmup, start_at)] * clients)
             time.sleep(max(0.0, start_at - time.time()))
             before = cpu_snapshot(usage["pid"])
             parts = pending.get()
@@ -130,7 +135,7 @@ def usage_fields(usage: dict) -> dict:
 
 
 def interleaved(kind: str, paths: dict, payload: bytes, stream: bool, total: int, clients: int, blocks: int,
-                adapter_pid: int) -> tuple[dict, dict]:
+                adapter_pid: int, warmup: int = WARMUP_CALLS) -> tuple[dict, dict]:
     """Calls per path, measured in alternating blocks (the order flips every block), so that a change in
     the shared machine's load between two moments falls on both paths alike; and each path's CPU use."""
     times: dict[str, list[float]] = {name: [] for name in paths}
@@ -138,7 +143,8 @@ def interleaved(kind: str, paths: dict, payload: bytes, stream: bool, total: int
     for block in range(blocks):
         order = list(paths) if block % 2 == 0 else list(reversed(paths))
         for name in order:
-            times[name] += measure(kind, paths[name], payload, stream, total // blocks, clients, usage[name])
+            times[name] += measure(kind, paths[name], payload, stream, total // blocks, clients, usage[name],
+                                   warmup)
     return times, {name: usage_fields(u) for name, u in usage.items()}
 
 
@@ -150,6 +156,22 @@ def run_adapter(socket_path: str, log_dir: str, conn) -> None:
     conn.send(adapter.port)
     conn.recv()
     adapter.close(grace_s=0)
+
+
+@contextmanager
+def adapter_process(socket_path: str) -> Iterator[tuple[int, int]]:
+    """The adapter in its own process (its own interpreter lock) in front of `socket_path`, with a transport
+    log in a temporary folder; yields (its pid, its loopback port) and stops it on exit."""
+    with tempfile.TemporaryDirectory() as log_dir:
+        parent, child = mp.get_context("spawn").Pipe()
+        proc = mp.get_context("spawn").Process(target=run_adapter, args=(socket_path, log_dir, child))
+        proc.start()
+        port = parent.recv()
+        try:
+            yield proc.pid, port
+        finally:
+            parent.send("stop")
+            proc.join(30)
 
 
 def anchor(container, socket_in_container: str, payload: bytes, stream: bool, n: int) -> list[float]:
@@ -166,6 +188,17 @@ def anchor(container, socket_in_container: str, payload: bytes, stream: bool, n:
                 first = time.perf_counter() - began
         times.append(first if stream else time.perf_counter() - began)
     return times
+
+
+def machine_line(client) -> str:
+    """Host, CPUs, OS, Python and Docker versions, one line."""
+    return (f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}, "
+            f"Python {platform.python_version()}, Docker {client.version()['Version']}")
+
+
+def command_line() -> str:
+    """How this script was started, as it would be typed."""
+    return " ".join([Path(sys.executable).name, *sys.argv])
 
 
 def stats(times: list[float]) -> dict:
@@ -185,43 +218,42 @@ def main() -> int:
     args = parser.parse_args()
     client = docker.from_env()
     results: dict = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                     "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, "
-                                f"{platform.platform()}, Python {platform.python_version()}, "
-                                f"Docker {client.version()['Version']}",
-                     "command": " ".join([Path(sys.executable).name, *sys.argv]), "rows": []}
+                     "machine": machine_line(client), "command": command_line(), "rows": []}
     for stub_env, label in ((ENGINE_UNPACED, ""), (ENGINE_PACED, f", engine paced {PACE_S * 1000:g} ms/token")):
-        with stub_serving(client, stub_env) as stub, tempfile.TemporaryDirectory() as log_dir:
-            parent, child = mp.get_context("spawn").Pipe()
-            proc = mp.get_context("spawn").Process(target=run_adapter, args=(stub.socket_path, log_dir, child))
-            proc.start()
-            port = parent.recv()
-            try:
-                for stream in ((False, True) if not label else (True,)):
-                    mode = ("stream first chunk" if stream else "whole answer") + label
-                    payload = body(stub.model_id, stream, max_tokens=16 if not label else 4)
-                    n = args.requests if not label else args.paced_requests
-                    for clients in (1, 4):
-                        paths = {"direct": stub.socket_path, "adapter": port}
-                        times, usage = interleaved(args.client, paths, payload, stream, n, clients, args.blocks,
-                                                    proc.pid)
-                        for name in paths:
-                            row = {"mode": mode, "clients": clients, "path": name, **stats(times[name]),
-                                   **usage[name]}
-                            results["rows"].append(row)
-                            print(json.dumps(row), flush=True)
-                    if label:
-                        continue
-                    row = {"mode": mode, "clients": 1, "path": "docker exec (earlier kit)",
-                           **stats(anchor(stub.container, SOCKET_IN_CONTAINER, payload, stream, args.anchor_requests))}
-                    results["rows"].append(row)
-                    print(json.dumps(row), flush=True)
-            finally:
-                parent.send("stop")
-                proc.join(30)
+        with stub_serving(client, stub_env) as stub, adapter_process(stub.socket_path) as (adapter_pid, port):
+            for stream in ((False, True) if not label else (True,)):
+                mode = ("stream first chunk" if stream else "whole answer") + label
+                payload = body(stub.model_id, stream, max_tokens=16 if not label else 4)
+                n = args.requests if not label else args.paced_requests
+                for clients in (1, 4):
+                    paths = {"direct": stub.socket_path, "adapter": port}
+                    times, usage = interleaved(args.client, paths, payload, stream, n, clients, args.blocks,
+                                               adapter_pid)
+                    for name in paths:
+                        row = {"mode": mode, "clients": clients, "path": name, **stats(times[name]),
+                               **usage[name]}
+                        results["rows"].append(row)
+                        print(json.dumps(row), flush=True)
+                if label:
+                    continue
+                row = {"mode": mode, "clients": 1, "path": "docker exec (earlier kit)",
+                       **stats(anchor(stub.container, SOCKET_IN_CONTAINER, payload, stream, args.anchor_requests))}
+                results["rows"].append(row)
+                print(json.dumps(row), flush=True)
     print(markdown(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
+
+
+def added_ms(rows: list[dict], row: dict) -> tuple[float, float] | None:
+    """(p50, p99) of `row` less those of the direct row of its mode and client count; None for a direct row
+    or one without a direct row beside it."""
+    base = next((d for d in rows if d["path"] == "direct" and d["mode"] == row["mode"]
+                 and d["clients"] == row["clients"]), None)
+    if base is None or row is base:
+        return None
+    return row["p50_ms"] - base["p50_ms"], row["p99_ms"] - base["p99_ms"]
 
 
 def markdown(results: dict) -> str:
@@ -230,10 +262,8 @@ def markdown(results: dict) -> str:
            "| machine busy % | adapter process % of one vCPU |",
            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        base = next((d for d in rows if d["path"] == "direct" and d["mode"] == r["mode"]
-                     and d["clients"] == r["clients"]), None)
-        added = (f"{r['p50_ms'] - base['p50_ms']:.3f} | {r['p99_ms'] - base['p99_ms']:.3f}"
-                 if base and r is not base else "- | -")
+        extra = added_ms(rows, r)
+        added = f"{extra[0]:.3f} | {extra[1]:.3f}" if extra else "- | -"
         out.append(f"| {r['mode']} | {r['clients']} | {r['path']} | {r['n']} | {r['p50_ms']:.3f} | "
                    f"{r['p99_ms']:.3f} | {added} | {r.get('client_cpu_us_per_call', '-')} | "
                    f"{r.get('machine_busy_pct', '-')} | {r.get('adapter_process_pct', '-')} |")
