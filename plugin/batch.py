@@ -104,7 +104,8 @@ def explain_death(engine, state: dict) -> dict:
     facts = f"exit code {state.get('exit_code')}, OOMKilled {state.get('oom_killed')}"
     explain = getattr(engine, "explain_end", None)
     if explain is None:
-        return {"code": engine_death_code(state), "reason": None, "why": f"({facts})"}
+        clean = "; exit code 0 is no clean stop of an engine found dead" if state.get("exit_code") == 0 else ""
+        return {"code": engine_death_code(state), "reason": None, "why": f"({facts}){clean}"}
     end = explain(state)
     return {**end.as_json(), "reason": end.reason(), "why": f"({facts}): {end.reason()}"}
 
