@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from plugin.bootlog import classify_failure, parse_boot_log
+from plugin.bootlog import Failure, classify_failure, explain_failure, parse_boot_log
 from plugin.uds_http import uds_request, uds_stream
 from tests_offline.stub_engine.build import REPOSITORY, ensure_stub_image, stub_tag
 from tests_offline.stub_engine.payload.vllm_stub.logfmt import boot_numbers
@@ -163,8 +163,12 @@ def test_boot_lines_state_the_numbers_of_the_arguments(serving):
            f"request: {n.max_concurrency:.2f}x" in logs
     assert f"Model loading took {n.load_gib:.4f} GiB memory and" in logs
     assert f"Available KV cache memory: {n.kv_cache_gib:.2f} GiB" in logs
-    assert "Total CPU offloaded parameters: 2.00" in logs
+    assert "Total CPU offloaded parameters: 2.0\n" in logs  # format_gib's round(x, 2) printed with %s
     assert "Starting vLLM API server 0 on unix:/run/onegpu/engine.sock" in logs
+    # The processes as vLLM 0.32.0 names them: the engine core and its worker, each with its own pid.
+    assert re.search(r"\(EngineCore pid=\d+\)\S* INFO .*Initializing a V1 LLM engine", logs)
+    assert re.search(r"\(Worker pid=\d+\)\S* INFO .*Loading weights took", logs)
+    assert "EngineCore_DP0" not in logs
     facts = parse_boot_log(logs)
     assert (facts.kv_cache_tokens, facts.concurrency_tokens, facts.load_gib, facts.cpu_offload_gib) == \
         (n.kv_cache_tokens, 4096, n.load_gib, 2.0)
@@ -234,10 +238,13 @@ def test_concurrency_is_counted(stub_factory):
     assert max(seen) >= 1  # in_flight is live, not only a total
 
 
-def test_unknown_flag_is_refused_like_argparse(stub_factory):
+def test_unknown_flag_is_refused_like_vllm(stub_factory):
     stub = stub_factory(SERVE + ["--not-a-vllm-flag", "1"])
     assert stub.wait() == 2
-    assert "vllm serve: error: unrecognized arguments: --not-a-vllm-flag 1" in stub.logs()
+    logs = stub.logs()  # vLLM's top-level parser reports it, after its usage block (fail-unknown-flag.log)
+    said = "vllm: error: unrecognized arguments: --not-a-vllm-flag 1"
+    assert logs.startswith("usage: vllm [-h] [-v]\n") and f"\n{said}\n" in logs
+    assert explain_failure(logs, 2, False, False, False) == Failure("RUNTIME_INCOMPATIBLE", said)
 
 
 def test_help_all_lists_every_flag_and_bare_help_only_groups(stub_factory):
@@ -289,6 +296,10 @@ def test_failure_knob_prints_vllms_error_and_exits_1(stub_factory, fail, line, c
     assert line in logs
     assert "Application startup complete." not in logs
     assert classify_failure(logs, 1, stub.state()["OOMKilled"], False, False) == code
+    if fail in ("load_oom", "no_kv_memory", "die_at_boot", "gpu_memory_taken"):
+        # The engine core gave up: the API server's own traceback ends the log, without a process prefix.
+        assert logs.endswith("\nRuntimeError: Engine core initialization failed. See root cause above. Failed core "
+                             "proc(s): {'EngineCore': 1}\n") and "\nProcess EngineCore:\n" in logs
 
 
 def test_needs_network_proves_no_interface_but_lo(stub_factory):
@@ -337,14 +348,19 @@ def test_crash_mid_stream_cuts_the_stream_and_exits(stub_factory):
     assert stub.wait() == 1 and "EngineDeadError" in stub.logs()
 
 
-def test_die_after_requests_answers_n_then_exits(stub_factory):
+def test_die_after_requests_answers_n_then_exits_with_vllms_lines(stub_factory):
     stub = stub_factory(SERVE, {"STUB_FAIL": "die_after_requests:2"})
     stub.ready()
     assert stub.post("/v1/completions", {"prompt": "a"}).status == 200
     assert stub.post("/v1/completions", {"prompt": "b"}).status == 200
+    # vLLM's API server shuts down like a normal stop once its engine died while serving (died-after-start.log,
+    # exit status 0 there; the stub's is still 1, see vllm_stub.server.Engine.die); the reason is in the log.
     assert stub.wait() == 1
-    assert "EngineCore encountered a fatal error." in stub.logs()
-    assert classify_failure(stub.logs(), 1, False, False, False) == "ENGINE_DIED"
+    logs = stub.logs()
+    assert "EngineCore encountered a fatal error." in logs and "INFO:     Application shutdown complete." in logs
+    for status in (0, 1):
+        assert explain_failure(logs, status, False, False, False) == Failure(
+            "ENGINE_DIED", "Worker proc VllmWorker-0 died unexpectedly (exit code: -9), shutting down executor.")
 
 
 def test_die_after_zero_requests_cuts_the_first(stub_factory):

@@ -1,6 +1,7 @@
 """`vllm serve` command line as the stub accepts it: argparse-checked flags grouped like vLLM's.
 
-Unknown flags end with argparse's own "unrecognized arguments" and exit status 2, as vLLM does.
+Unknown flags end as vLLM's do: the top-level `vllm` parser's usage block, then `vllm: error: unrecognized
+arguments: ...`, exit status 2 (recorded in tests_offline/data/engine_logs/fail-unknown-flag.log).
 `--uds` exists only from vLLM 0.10.1 on; `--help=all` / `--help=<Group>` only on versions that print
 argument groups for a bare `--help`.
 """
@@ -12,6 +13,13 @@ import sys
 from .knobs import Knobs
 
 USAGE = "vllm serve [model_tag] [options]"
+SUBCOMMANDS = ("chat", "complete", "serve", "launch", "bench", "collect-env", "download-kernels", "preload",
+               "run-batch", "snapshot")
+
+
+def top_usage() -> str:
+    """The top-level `vllm` parser's usage block, as argparse wraps it."""
+    return f"usage: vllm [-h] [-v]\n            {{{','.join(SUBCOMMANDS)}}}\n            ...\n"
 DESCRIPTION = "Launch a local OpenAI-compatible API server to serve LLM completions via HTTP."
 
 
@@ -132,7 +140,10 @@ def groups_summary(parser: argparse.ArgumentParser) -> str:
 def parse_serve(argv: list[str], knobs: Knobs) -> argparse.Namespace:
     """Parse `serve` arguments; prints help and exits 0, or argparse's error and exits 2."""
     parser = build_parser(knobs)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # vLLM's top-level parser reports what its `serve` subparser left over
+        sys.stderr.write(f"{top_usage()}vllm: error: unrecognized arguments: {' '.join(unknown)}\n")
+        sys.exit(2)
     if knobs.help_groups and args.help is not None:
         text = groups_summary(parser) if args.help == "__groups__" else group_help(parser, args.help)
         sys.stdout.write(text)

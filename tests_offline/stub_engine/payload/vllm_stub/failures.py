@@ -2,7 +2,9 @@
 
 Wording follows the logs recorded from the real engine (vLLM 0.32.0, tests_offline/data/engine_logs/:
 "No available memory for the cache blocks", the pydantic-wrapped "Model architectures [...] are not
-supported for now", "Failed core proc(s): {'EngineCore': 1}", "EngineDeadError"), vLLM 0.32.0's source
+supported for now", "Failed core proc(s): {'EngineCore': 1}" at the end of the API server's own unprefixed
+traceback, a worker that "died unexpectedly" while serving then "EngineDeadError" and a normal uvicorn shutdown
+with exit status 0), vLLM 0.32.0's source
 for what only a GPU prints ("Failed to load model - not enough GPU memory", "Free memory on device ...
 on startup is less than desired GPU memory utilization"), and public bug reports for the rest (#28143
 "CUDA out of memory" during load, #1919 "Unknown quantization method", #5244 "requires you to execute
@@ -116,14 +118,33 @@ def network_attempt_lines(host: str = "huggingface.co") -> list[str]:
     ]
 
 
+_API_FRAMES = [
+    (f"{SITE}/vllm/entrypoints/cli/serve.py", 156, "cmd", "uvloop.run(run_server(args))"),
+    (f"{SITE}/vllm/v1/engine/core_client.py", 682, "__init__", "with launch_core_engines("),
+    (f"{SITE}/vllm/v1/engine/utils.py", 1431, "wait_for_engine_startup", "raise RuntimeError("),
+]
+
+
 def api_server_gave_up() -> list[str]:
-    """The API server's last words after its engine core died at start (the process is named EngineCore)."""
-    return ["RuntimeError: Engine core initialization failed. See root cause above. "
-            "Failed core proc(s): {'EngineCore': 1}"]
+    """The API server's last words after its engine core died at start: its own traceback, printed without a
+    process prefix (the core process is named EngineCore)."""
+    return traceback_lines(_API_FRAMES, "RuntimeError: Engine core initialization failed. See root cause above. "
+                                        "Failed core proc(s): {'EngineCore': 1}")
+
+
+# A worker that dies while serving, as recorded in died-after-start.log: the engine core's lines, then the API
+# server's; the API server then shuts down like a normal stop and exits 0.
+WORKER_DIED = "Worker proc VllmWorker-0 died unexpectedly (exit code: -9), shutting down executor."
+CORE_DEAD = ["EngineCore encountered a fatal error."] + traceback_lines(
+    [(f"{SITE}/vllm/v1/engine/core.py", 1702, "_handle_client_request", 'raise RuntimeError("Executor failed.")')],
+    "RuntimeError: Executor failed.")
+API_DEAD = ["AsyncLLM output_handler failed.",
+            "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
+            "See stack trace (above) for the root cause."]
+SHUTDOWN = ["INFO:     Shutting down", "INFO:     Waiting for application shutdown.",
+            "INFO:     Application shutdown complete."]
 
 
 def engine_dead_lines() -> list[str]:
-    """Lines of an engine that dies while serving (die_after_requests, crash_mid_stream)."""
-    return ["EngineCore encountered a fatal error.",
-            "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
-            "See stack trace (above) for the root cause."]
+    """Every line of an engine that dies while serving (die_after_requests, crash_mid_stream), unprefixed."""
+    return [WORKER_DIED, *CORE_DEAD, *API_DEAD, *SHUTDOWN]

@@ -1,7 +1,8 @@
 """Log lines shaped like vLLM's, in the two formats the kit must parse.
 
-new: `(EngineCore_DP0 pid=N) INFO MM-DD hh:mm:ss [file.py:line] ...` with the process prefix coloured
-     by ANSI codes, thousands separators, the one-line "GPU KV cache size: ..., Maximum concurrency ..."
+new: `(EngineCore pid=N) INFO MM-DD hh:mm:ss [file.py:line] ...` with the process prefix coloured
+     by ANSI codes (the processes as vLLM 0.32.0 names them: APIServer, EngineCore, Worker),
+     thousands separators, the one-line "GPU KV cache size: ..., Maximum concurrency ..."
      and "Model loading took X GiB memory and Y seconds".
 old: no process prefix, "GPU KV cache size: N tokens" and "Maximum concurrency for N tokens per
      request: Xx" on two lines, "Model loading took X GiB and Y seconds".
@@ -52,15 +53,15 @@ class VllmLog:
     def __init__(self, fmt: str, api_pid: int, stream=None, clock=time.time):
         self.fmt = fmt
         self.api_pid = api_pid
-        self.engine_pid = api_pid + 96  # a separate engine process in real vLLM; a number here
+        # Separate processes in real vLLM (recorded: APIServer pid=1, EngineCore pid=27, Worker pid=41); numbers here.
+        self.pids = {"APIServer": api_pid, "EngineCore": api_pid + 26, "Worker": api_pid + 40}
         self.stream = stream or sys.stdout
         self.clock = clock
 
     def prefix(self, proc: str) -> str:
         if self.fmt == "old":
             return ""
-        pid = self.api_pid if proc == "APIServer" else self.engine_pid
-        return f"{CYAN}({proc} pid={pid}){RESET} "
+        return f"{CYAN}({proc} pid={self.pids.get(proc, self.pids['EngineCore'])}){RESET} "
 
     def format(self, proc: str, level: str, where: str, msg: str) -> str:
         """One line; `proc` "" for the launcher process, which vLLM prints without a prefix."""
@@ -104,8 +105,9 @@ def load_line(fmt: str, n: BootNumbers) -> tuple[str, str]:
 
 
 def offload_line(n: BootNumbers) -> tuple[str, str]:
-    """(where, message) of the CPU-offload report (vLLM's UVA offloader prints the GiB number alone)."""
-    return ("uva.py:61", f"Total CPU offloaded parameters: {n.cpu_offload_gib:.2f}")
+    """(where, message) of the CPU-offload report: vLLM's UVA offloader prints format_gib's round(x, 2) with
+    %s, so 2 GiB reads "2.0" (vllm/model_executor/offloader/uva.py:69)."""
+    return ("uva.py:69", f"Total CPU offloaded parameters: {round(n.cpu_offload_gib, 2)}")
 
 
 def traceback_lines(frames: list[tuple[str, int, str, str]], final: str) -> list[str]:

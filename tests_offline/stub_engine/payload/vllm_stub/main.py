@@ -7,7 +7,7 @@ import sys
 import time
 
 from . import failures
-from .args import non_default_args, parse_serve
+from .args import SUBCOMMANDS, non_default_args, parse_serve, top_usage
 from .knobs import KnobError, Knobs, read_knobs
 from .logfmt import VllmLog, boot_numbers, kv_lines, load_line, offload_line
 
@@ -16,7 +16,6 @@ ENGINE_LOAD_FAILURES = ("load_oom", "gpu_memory_taken")
 ENGINE_KV_FAILURES = ("no_kv_memory", "die_at_boot")
 ROUTES = [("/openapi.json", "GET, HEAD"), ("/health", "GET"), ("/version", "GET"), ("/v1/models", "GET"),
           ("/v1/chat/completions", "POST"), ("/v1/completions", "POST")]
-SUBCOMMANDS = ("chat", "complete", "serve", "bench", "collect-env", "run-batch")
 
 
 def main(argv: list[str]) -> int:
@@ -27,13 +26,13 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"stub engine: {exc}\n")
         return 64
     if not argv or argv[0] in ("-h", "--help"):
-        sys.stdout.write(f"usage: vllm [-h] [-v] {{{','.join(SUBCOMMANDS)}}} ...\n\nvLLM CLI\n")
+        sys.stdout.write(f"{top_usage()}\nvLLM CLI\n")
         return 0
     if argv[0] in ("-v", "--version"):
         sys.stdout.write(knobs.version + "\n")
         return 0
     if argv[0] != "serve":
-        sys.stderr.write(f"usage: vllm [-h] [-v] {{{','.join(SUBCOMMANDS)}}} ...\nvllm: error: argument subparser: "
+        sys.stderr.write(f"{top_usage()}vllm: error: argument subparser: "
                          f"invalid choice: {argv[0]!r} (choose from {', '.join(repr(s) for s in SUBCOMMANDS)})\n")
         return 2
     args = parse_serve(argv[1:], knobs)
@@ -57,11 +56,17 @@ def install_signal_handlers(knobs: Knobs) -> None:
 
 
 def fail_engine(log: VllmLog, lines: list[str]) -> int:
-    """Engine core start failure: its error lines, then the API server giving up. Returns the exit status."""
+    """Engine core start failure, as vLLM 0.32.0 prints it: the worker's own error line (load OOM), the core's
+    error lines, the core process's traceback again without a prefix ("Process EngineCore:"), then the API
+    server's unprefixed traceback. Returns the exit status."""
     for line in lines:
-        log.error("EngineCore_DP0", failures.CORE_WHERE, line)
-    for line in failures.api_server_gave_up():
-        log.raw("APIServer", line)
+        if line == failures.LOAD_OOM_LOGGED:
+            log.error("Worker", "gpu_model_runner.py:5140", line)
+        else:
+            log.error("EngineCore", failures.CORE_WHERE, line)
+    traceback = lines[next((i for i, line in enumerate(lines) if line.startswith("Traceback")), len(lines)):]
+    for line in (["Process EngineCore:"] + traceback if traceback else []) + failures.api_server_gave_up():
+        log.write(line)
     return 1
 
 
@@ -83,8 +88,8 @@ def hold_memory(log: VllmLog, knobs: Knobs) -> int:
     step, held = 64 * 2**20, []
     while len(held) * 64 < knobs.alloc_limit_mib:
         held.append(bytearray(b"\x5a") * step)  # repeated bytes are written, so every page is resident
-        log.info("EngineCore_DP0", "weight_utils.py:491", f"stub: {len(held) * 64} MiB of host memory held")
-    log.error("EngineCore_DP0", "weight_utils.py:491",
+        log.info("Worker", "weight_utils.py:491", f"stub: {len(held) * 64} MiB of host memory held")
+    log.error("Worker", "weight_utils.py:491",
               f"stub: STUB_FAIL=alloc_past_cap held {knobs.alloc_limit_mib} MiB and nothing stopped it (no RAM cap?)")
     return 3
 
@@ -122,34 +127,34 @@ def serve(args, knobs: Knobs) -> int:
     if args.enable_chunked_prefill:
         log.info("APIServer", "scheduler.py:205",
                  f"Chunked prefill is enabled with max_num_batched_tokens={args.max_num_batched_tokens or 2048}.")
-    log.info("EngineCore_DP0", "core.py:77",
+    log.info("EngineCore", "core.py:133",
              f"Initializing a V1 LLM engine (v{knobs.version}) with config: model='{args.model}', "
              f"tokenizer='{args.tokenizer or args.model}', trust_remote_code={args.trust_remote_code}, "
              f"max_seq_len={n.max_model_len}, tensor_parallel_size={args.tensor_parallel_size}, "
              f"pipeline_parallel_size={args.pipeline_parallel_size}, quantization={args.quantization}, "
              f"enforce_eager={args.enforce_eager}, kv_cache_dtype={args.kv_cache_dtype}, "
              f"served_model_name={args.served_model_name[0]}")
-    log.info("EngineCore_DP0", "gpu_model_runner.py:2602", f"Starting to load model {args.model}...")
+    log.info("Worker", "gpu_model_runner.py:2602", f"Starting to load model {args.model}...")
     if fail == "alloc_past_cap":
         return hold_memory(log, knobs)
     if args.cpu_offload_gb > 0:
-        log.info("EngineCore_DP0", *offload_line(n))
+        log.info("Worker", *offload_line(n))
     if fail in ENGINE_LOAD_FAILURES:
         return fail_engine(log, failures.engine_failure(fail)[1])
     time.sleep(knobs.boot_delay_s / 2)
-    log.raw("EngineCore_DP0", "Loading safetensors checkpoint shards: 100% Completed | 1/1 [00:00<00:00,  2.10it/s]")
-    log.info("EngineCore_DP0", "default_loader.py:267", "Loading weights took 0.48 seconds")
-    log.info("EngineCore_DP0", *load_line(knobs.log_format, n))
+    log.write("Loading safetensors checkpoint shards: 100% Completed | 1/1 [00:00<00:00,  2.10it/s]")  # no prefix
+    log.info("Worker", "default_loader.py:501", "Loading weights took 0.48 seconds")
+    log.info("Worker", *load_line(knobs.log_format, n))
     if fail == "hang_at_boot":
         while True:
             time.sleep(3600)
     time.sleep(knobs.boot_delay_s / 2)
     if fail in ENGINE_KV_FAILURES:
         return fail_engine(log, failures.engine_failure(fail)[1])
-    log.info("EngineCore_DP0", "gpu_worker.py:298", f"Available KV cache memory: {n.kv_cache_gib:.2f} GiB")
+    log.info("Worker", "gpu_worker.py:760", f"Available KV cache memory: {n.kv_cache_gib:.2f} GiB")
     for where, msg in kv_lines(knobs.log_format, n):
-        log.info("EngineCore_DP0", where, msg)
-    log.info("EngineCore_DP0", "core.py:210", "init engine (profile, create kv cache, warmup model) took 0.05 seconds")
+        log.info("EngineCore", where, msg)
+    log.info("EngineCore", "core.py:402", "init engine (profile, create kv cache, warmup model) took 0.05 seconds")
     log.info("APIServer", "api_server.py:1634", "Supported_tasks: ['generate']")
     listen = f"unix:{args.uds}" if getattr(args, "uds", None) else f"http://{args.host or '0.0.0.0'}:{args.port}"
     index = " 0" if knobs.has_uds else ""

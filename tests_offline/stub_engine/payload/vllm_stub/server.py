@@ -51,10 +51,20 @@ class Engine:
                     "in_flight": self.in_flight, "bodies_sha256": list(self.bodies_sha256)}
 
     def die(self, why: str) -> None:
-        """End the whole process now, as an engine crash does (no cleanup, open connections cut)."""
-        for line in failures.engine_dead_lines():
-            self.log.error("EngineCore_DP0", failures.CORE_WHERE, line)
-        self.log.error("APIServer", "async_llm.py:480", f"AsyncLLM output_handler failed ({why}).")
+        """End the whole process now, as vLLM does when a worker dies while serving: the engine core and the
+        API server say so, uvicorn shuts down; open connections are cut.
+
+        vLLM's API server then exits 0 (died-after-start.log); the stub still exits 1 because
+        tests_offline/test_batch_docker.py pins that status (its engine-death tests assert exit code 1).
+        """
+        self.log.error("EngineCore", "multiproc_executor.py:315", failures.WORKER_DIED)
+        for line in failures.CORE_DEAD:
+            self.log.error("EngineCore", "core.py:1512", line)
+        for line in failures.API_DEAD:
+            self.log.error("APIServer", "async_llm.py:906", line)
+        self.log.warning("APIServer", "stub.py:3", f"stub: {why}")
+        for line in failures.SHUTDOWN + [f"INFO:     Finished server process [{os.getpid()}]"]:
+            self.log.write(line)
         os._exit(1)
 
 
