@@ -4,7 +4,8 @@ Each body goes byte-for-byte over the engine's Unix socket; no retries. Records 
 flushed and fsynced before the next request):
   <stem>.jsonl          the OpenAI batch output: one line per request that got an HTTP answer
   <stem>.errors.jsonl   the OpenAI batch error file: requests without an answer (TIMEOUT, DEADLINE,
-                        TRANSPORT, ENGINE_DIED / HOST_OOM_KILLED with the engine's state)
+                        TRANSPORT, ENGINE_DIED / HOST_OOM_KILLED with the engine's state; a server error the
+                        engine gave as it died counts as no answer, its body kept in the error)
   <stem>.timings.jsonl  per-request transport timings, kept apart so the batch-output shape stays clean
 A resumed batch sends only the custom_ids missing from <stem>.jsonl, so none is ever answered twice there.
 """
@@ -28,6 +29,11 @@ from .rundir import append_line, open_private_append, utc_stamp, write_private
 BINDING_NAME = "batch-binding.json"
 BATCH_STEM = "responses"
 DEATH_GRACE_S = 5.0  # how long a refused connection waits for Docker to report the engine's exit
+# A server error from an engine whose /health no longer answers 200 waits this long for the engine to exit:
+# vLLM's API server answers HTTP 500 ("EngineCore encountered an issue") to the request in flight when its engine
+# core dies, and shuts down about 5 s later (tests_offline/data/engine_logs/died-after-start.log).
+DYING_GRACE_S = 30.0
+HEALTH_TIMEOUT_S = 2.0
 CODES = ("TIMEOUT", "DEADLINE", "TRANSPORT", "ENGINE_DIED", "HOST_OOM_KILLED")
 
 
@@ -215,8 +221,10 @@ class _Recorder:
                                                    "body": body},
                                       "error": None})
 
-    def failed(self, req: RequestLine, timing: dict, code: str, message: str, state: dict | None) -> None:
-        error = {"code": code, "message": message, **({"engine_state": state} if state else {})}
+    def failed(self, req: RequestLine, timing: dict, code: str, message: str, state: dict | None,
+               engine_answer: dict | None = None) -> None:
+        error = {"code": code, "message": message, **({"engine_state": state} if state else {}),
+                 **({"engine_answer": engine_answer} if engine_answer else {})}
         append_line(self.handles[2], {**timing, "error_code": code})
         append_line(self.handles[1], {"id": _new_id(), "custom_id": req.custom_id, "response": None,
                                       "error": error})
@@ -233,9 +241,21 @@ def _engine_gone(engine: EngineLike, grace_s: float, clock, sleep) -> dict | Non
         sleep(0.2)
 
 
+def _dying(engine: EngineLike, send, grace_s: float, clock, sleep) -> dict | None:
+    """After a server error: the engine's state if it is dying (its /health no longer answers 200 and it exits
+    within grace_s); None while it is healthy, or still running past the grace (its answer then stands)."""
+    try:
+        if send(str(engine.socket_path), "GET", "/health", timeout=HEALTH_TIMEOUT_S).status == 200:
+            return None
+    except (OSError, http.client.HTTPException):
+        pass  # no answer at all: the server is going down too
+    return _engine_gone(engine, grace_s, clock, sleep)
+
+
 def run_requests(requests: list[RequestLine], engine: EngineLike, files: BatchFiles, *, request_timeout_s: float,
                  deadline_at: float, clock: Callable[[], float] = time.monotonic, send=None,
                  sleep: Callable[[float], None] = time.sleep, death_grace_s: float = DEATH_GRACE_S,
+                 dying_grace_s: float = DYING_GRACE_S,
                  on_done: Callable[[RequestLine, int, str | None], None] | None = None) -> RunResult:
     """Send `requests` one at a time, in order; record each outcome before the next is sent.
 
@@ -259,7 +279,7 @@ def run_requests(requests: list[RequestLine], engine: EngineLike, files: BatchFi
             else:
                 code = _send_one(req, engine, recorder, result, base, send=send, clock=clock, sleep=sleep,
                                  timeout=min(request_timeout_s, deadline_at - clock()),
-                                 deadline_at=deadline_at, death_grace_s=death_grace_s)
+                                 deadline_at=deadline_at, death_grace_s=death_grace_s, dying_grace_s=dying_grace_s)
             if code:
                 result.errors[code] = result.errors.get(code, 0) + 1
             if on_done:
@@ -271,7 +291,7 @@ def run_requests(requests: list[RequestLine], engine: EngineLike, files: BatchFi
 
 
 def _send_one(req, engine, recorder, result, base, *, send, clock, sleep, timeout, deadline_at,
-              death_grace_s) -> str | None:
+              death_grace_s, dying_grace_s) -> str | None:
     """Send one request and record what came of it; the error code, or None when it was answered."""
     result.sent += 1
     started = clock()
@@ -300,6 +320,14 @@ def _send_one(req, engine, recorder, result, base, *, send, clock, sleep, timeou
                         f"{type(exc).__name__}: {exc}; the engine is still running; not retried", None)
         return "TRANSPORT"
     body = _parse_body(resp.body)
+    state = _dying(engine, send, dying_grace_s, clock, sleep) if resp.status >= 500 else None
+    if state is not None:  # the engine's last words, not an answer: the request is resent on resume
+        result.engine_death, result.engine_end = state, explain_death(engine, state)
+        code = result.engine_end["code"]
+        recorder.failed(req, {**timing, "elapsed_s": round(resp.elapsed_s, 6), "status_code": resp.status}, code,
+                        f"the engine answered HTTP {resp.status} as it died, then exited {result.engine_end['why']}",
+                        state, {"status_code": resp.status, "body": body})
+        return code
     request_id = _header(resp.headers, "x-request-id") or (body.get("id") if isinstance(body, dict) else None)
     timing.update(elapsed_s=round(resp.elapsed_s, 6), ttfb_s=round(resp.ttfb_s, 6), status_code=resp.status,
                   response_sha256=hashlib.sha256(resp.body).hexdigest(), response_bytes=len(resp.body),
