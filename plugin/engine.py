@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 import http.client
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Callable
@@ -151,6 +152,7 @@ class Engine:
     def launch(self) -> EngineHandle:
         """Create, start and wait until ready. Raises Blocked (boot failure classified, evidence kept)."""
         self._started_wall = time.time()
+        self._remove_stale_socket()
         try:
             self.container = self.client.containers.create(**self.spec.create_kwargs())
         except ImageNotFound:
@@ -186,6 +188,19 @@ class Engine:
         except BaseException:
             self.close()
             raise
+
+    def _remove_stale_socket(self) -> None:
+        """Remove a socket an earlier engine of this run folder left behind (one that died cannot unlink it,
+        and vLLM refuses to bind an existing path: "[Errno 98] Address already in use"), so a resumed batch
+        can start its engine. Only a socket is removed; anything else at that path is left for the engine to
+        refuse."""
+        path = Path(self.spec.socket_path)
+        try:
+            if stat.S_ISSOCK(path.lstat().st_mode):
+                path.unlink()
+                self.record(stale_socket_removed=str(path))
+        except FileNotFoundError:
+            pass
 
     def _remove_half_created(self) -> None:
         """Remove a container of this spec's name that carries our own run id and pid (else leave it)."""
