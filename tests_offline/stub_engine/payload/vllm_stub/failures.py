@@ -141,6 +141,9 @@ CORE_DEAD = ["EngineCore encountered a fatal error."] + traceback_lines(
 API_DEAD = ["AsyncLLM output_handler failed.",
             "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
             "See stack trace (above) for the root cause."]
+# What vLLM's API server answers to the request in flight when its engine dies (HTTP 500).
+ENGINE_DEAD_ANSWER = {"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+                                "type": "InternalServerError", "param": None, "code": 500}}
 SHUTDOWN = ["INFO:     Shutting down", "INFO:     Waiting for application shutdown.",
             "INFO:     Application shutdown complete."]
 

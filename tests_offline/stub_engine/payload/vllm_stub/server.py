@@ -140,7 +140,10 @@ class Handler(BaseHTTPRequestHandler):
         body = self.read_body()
         e = self.engine
         if e.knobs.fail == "die_after_requests" and e.completed >= e.knobs.fail_after_requests:
-            e.die(f"STUB_FAIL=die_after_requests:{e.knobs.fail_after_requests}")  # N answered: cut this one
+            # N answered: this one is in flight when the engine dies, and vLLM's API server answers it HTTP 500
+            # (recorded on the real engine: a worker SIGKILLed mid-request), then goes down.
+            self.send_json(500, failures.ENGINE_DEAD_ANSWER)
+            e.die(f"STUB_FAIL=die_after_requests:{e.knobs.fail_after_requests}")
         e.enter(body)
         try:
             self.answer(kind, body)
