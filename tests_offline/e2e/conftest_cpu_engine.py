@@ -7,6 +7,8 @@ THE ONE SEAM where the kit's tests differ from the product path (one NVIDIA GPU)
   vLLM's own CPU platform detection and no CUDA device instead of exactly one CUDA device.
 * The KV cache: on the CPU build, `--gpu-memory-utilization` is not what sizes the KV cache; the engine takes
   VLLM_CPU_KVCACHE_SPACE GiB of host RAM for it (ONEGPU_E2E_CPU_KVCACHE_GIB here, default 1).
+* Extra `vllm serve` arguments (ONEGPU_E2E_EXTRA_ARGS, a JSON list, default none), appended to the plan's
+  command: how a test shows what the kit does with a flag the engine does not know.
 Everything else is the product: the plugin, the phase tests, the Docker engine, the run folder, the argv.
 The receipt and the report carry a banner and a limitation saying so.
 """
@@ -38,12 +40,14 @@ def hardware(hardware, kit):
 def launch_spec(launch_spec, kit):
     kv_gib = os.environ.get("ONEGPU_E2E_CPU_KVCACHE_GIB", "1")
     extra = json.loads(os.environ.get("ONEGPU_E2E_ENGINE_ENV") or "{}")
+    extra_args = json.loads(os.environ.get("ONEGPU_E2E_EXTRA_ARGS") or "[]")
     spec = dataclasses.replace(
-        launch_spec, gpu_uuid=None, engine_platform="cpu",
+        launch_spec, gpu_uuid=None, engine_platform="cpu", command=[*launch_spec.command, *extra_args],
         environment={**launch_spec.environment, "VLLM_CPU_KVCACHE_SPACE": kv_gib, **extra},
         labels={**launch_spec.labels, "onegpu.test": "1"},
         notes=[*launch_spec.notes, f"CPU ENGINE DOUBLE: VLLM_CPU_KVCACHE_SPACE={kv_gib} GiB sizes the KV cache; "
-                                   "no GPU device request" + (f"; engine env {json.dumps(extra)}" if extra else "")])
+                                   "no GPU device request" + (f"; engine env {json.dumps(extra)}" if extra else "")
+                                   + (f"; extra arguments {json.dumps(extra_args)}" if extra_args else "")])
     kit.receipt.set("banners", [*kit.receipt.data.get("banners", []), CPU_BANNER])
     kit.receipt.limitation(CPU_BANNER)
     kit.table("onegpu launch plan", spec.plan_lines())
