@@ -180,7 +180,9 @@ def test_sigkill_the_reaper_removes_the_engine_within_15_s_and_says_closed(docke
         proc.wait(timeout=30)
         wait_for(lambda: not kit_containers(docker_client, run), 15, "the engine container to be removed")
         gone_after = time.monotonic() - killed
-        receipt = receipt_of(project, f"runs/{run}")
+        # The reaper writes its evidence just after the removal: wait for it rather than read a moment early.
+        receipt = wait_for(lambda: (lambda r: r if "reaper" in r else None)(receipt_of(project, f"runs/{run}")), 10,
+                           "the reaper's CLOSED in the receipt")
         end = receipt["engine"]["end"]
         # Another kit session sharing this daemon may sweep the dead owner's container first: both are fine.
         assert end["removed"] and end["removed_by"] in ("reaper", "someone else before the reaper (it was gone)")

@@ -99,6 +99,13 @@ class Handler(BaseHTTPRequestHandler):
                 self.rfile.readline()
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
+    def leave_once(self) -> int | None:
+        """The request in progress stops counting as in flight; called before its answer's last bytes go out,
+        so a client that sends its next request once it has read this answer can never be counted twice."""
+        if getattr(self, "_done", False) is None:
+            self._done = self.engine.leave()
+        return getattr(self, "_done", None)
+
     def send_json(self, status: int, obj, extra_headers: dict | None = None) -> None:
         data = json.dumps(obj).encode()
         self.send_response(status)
@@ -107,6 +114,7 @@ class Handler(BaseHTTPRequestHandler):
         for key, value in (extra_headers or {}).items():
             self.send_header(key, value)
         self.end_headers()
+        self.leave_once()
         self.wfile.write(data)
         self.wfile.flush()
 
@@ -145,10 +153,11 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(500, failures.ENGINE_DEAD_ANSWER)
             e.die(f"STUB_FAIL=die_after_requests:{e.knobs.fail_after_requests}")
         e.enter(body)
+        self._done = None
         try:
             self.answer(kind, body)
         finally:
-            done = e.leave()
+            done = self.leave_once()
         if e.knobs.fail == "die_after_requests" and done >= e.knobs.fail_after_requests:
             e.die(f"STUB_FAIL=die_after_requests:{e.knobs.fail_after_requests}")
 
@@ -179,6 +188,7 @@ class Handler(BaseHTTPRequestHandler):
                 time.sleep(e.knobs.token_delay_s)
             self.write_chunk(f"data: {json.dumps(event)}\n\n".encode())
         self.write_chunk(b"data: [DONE]\n\n")
+        self.leave_once()
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
