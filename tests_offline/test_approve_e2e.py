@@ -26,7 +26,8 @@ from tests_offline.e2e.harness import add_batch, finish, make_project, outcomes,
 
 
 def kit_containers(client, run_id: str) -> list:
-    return client.containers.list(all=True, filters={"label": f"onegpu.run_id={run_id}"})
+    # sparse: one list call, no inspect per container (a container removed between the two would raise NotFound)
+    return client.containers.list(all=True, sparse=True, filters={"label": f"onegpu.run_id={run_id}"})
 
 
 def test_approve_load_end_to_end(docker_client, tmp_path, stub_tag):

@@ -143,12 +143,12 @@ def test_engine_death_mid_batch_records_the_rest_with_its_state(docker_client, t
     with stub_engine(docker_client, {"STUB_FAIL": "die_after_requests:3"}) as engine:
         result, files = run(reqs, engine, tmp_path)
     assert [line["custom_id"] for line in read_lines(files.responses)] == ["r0", "r1", "r2"]
-    assert result.engine_death == {"status": "exited", "exit_code": 1, "oom_killed": False}
+    assert result.engine_death == {"status": "exited", "exit_code": 0, "oom_killed": False}
     assert result.errors == {"ENGINE_DIED": 3} and result.sent == 4
     errors = read_lines(files.errors)
     assert [e["custom_id"] for e in errors] == ["r3", "r4", "r5"]
     assert all(e["error"]["engine_state"] == result.engine_death for e in errors)
-    assert "exit code 1" in errors[0]["error"]["message"]
+    assert "exit code 0" in errors[0]["error"]["message"]
 
 
 RUNNER = """
@@ -283,7 +283,7 @@ def test_engine_death_blocks_the_batch_and_a_resume_completes_it_without_duplica
     receipt = _receipt(kit_with_stub, "run1")
     blocked = [t for t in receipt["tests"].values() if t["outcome"] == "blocked"]
     assert blocked and {t["code"] for t in blocked} == {"ENGINE_DIED"}, receipt["tests"]
-    assert "exit code 1" in blocked[0]["message"] and first.ret == 0
+    assert "exit code 0" in blocked[0]["message"] and first.ret == 0
     folder = kit_with_stub.path / "run1"
     assert [line["custom_id"] for line in read_lines(folder / "responses.jsonl")] == ["q0", "q1"]
     assert [e["error"]["code"] for e in read_lines(folder / "responses.errors.jsonl")] == ["ENGINE_DIED"] * 3

@@ -52,10 +52,8 @@ class Engine:
 
     def die(self, why: str) -> None:
         """End the whole process now, as vLLM does when a worker dies while serving: the engine core and the
-        API server say so, uvicorn shuts down; open connections are cut.
-
-        vLLM's API server then exits 0 (died-after-start.log); the stub still exits 1 because
-        tests_offline/test_batch_docker.py pins that status (its engine-death tests assert exit code 1).
+        API server say so, uvicorn shuts down, and the process exits 0 as vLLM's API server does
+        (died-after-start.log): an exit status 0 is no clean stop here. Open connections are cut.
         """
         self.log.error("EngineCore", "multiproc_executor.py:315", failures.WORKER_DIED)
         for line in failures.CORE_DEAD:
@@ -65,7 +63,7 @@ class Engine:
         self.log.warning("APIServer", "stub.py:3", f"stub: {why}")
         for line in failures.SHUTDOWN + [f"INFO:     Finished server process [{os.getpid()}]"]:
             self.log.write(line)
-        os._exit(1)
+        os._exit(0)
 
 
 class Handler(BaseHTTPRequestHandler):
