@@ -172,7 +172,7 @@ class LaunchSpec:
             f"image      {self.image_id}" + (" (by ID; never pulled)" if self.image_id.startswith("sha256:")
                                               else " (a reference: resolved to its ID at approval; never pulled)"),
             f"gpu        {self.gpu_uuid or 'none (no GPU device request)'}",
-            *([f"engine     vLLM's CPU build (the kit's real-engine test double, not the product path: one NVIDIA "
+            *(["engine     vLLM's CPU build (the kit's real-engine test double, not the product path: one NVIDIA "
                "GPU)"] if self.engine_platform == "cpu" else []),
             f"network    {self.network_mode}",
             f"user       {self.user} (tmpfs HOME {ENGINE_HOME})",

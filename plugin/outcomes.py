@@ -49,7 +49,8 @@ CODES: dict[str, str] = {
     "CONTEXT_TOO_LONG": "the context length asked for (max_model_len) exceeds what the model's config allows",
     "SHM_TOO_SMALL": "the container's /dev/shm is smaller than the engine's shared-memory queues need",
     "TRUST_REMOTE_CODE_REQUIRED": "the model needs --trust-remote-code and the settings do not allow it",
-    "ENGINE_DIED": "the engine exited for a reason the kit could not classify further",
+    "ENGINE_DIED": ("the engine ended (one of its processes died, or it exited) for a reason none of the other "
+                    "codes names; its last words, where it left any, are quoted with it"),
     "HOST_OOM_KILLED": "the container was killed for exceeding its RAM cap",
     "LOAD_TIMEOUT": "the engine was not ready within the boot deadline",
     "DEADLINE": "the overall deadline passed",

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import shlex
 
-from .outcomes import gib
+from .outcomes import CODES, gib
 from .report_insight import calibration, consistency, proposal, under_floor
 from .report_parts import absent, e, kv, num, page_style, section, table, text
 from .report_sections import run_sections
-from .share_summary import code_sentence, quoted_codes
 
 TITLE = "onegpu report: PRIVATE, review before sharing (summary-share.md is the one safe to post publicly)"
 REVIEW_LINE = ("Review before sharing: this report holds local paths, GPU UUIDs, host names, image tags and engine "
@@ -75,7 +74,6 @@ def verdict(receipt: dict) -> str:
                           f"{e(t.get('message', ''))}</li>")
     if blocked:
         items = []
-        quoted = quoted_codes(receipt)
         for (code, message), entry in blocked.items():
             numbers = _numbers(entry["numbers"])
             where = ", ".join(str(x) for x in entry["phases"])
@@ -84,7 +82,7 @@ def verdict(receipt: dict) -> str:
                          f"{'s' if entry['n'] > 1 else ''}): {e(message)}"
                          + (f'<br><span class="og-num">numbers: {e(numbers)}</span>' if numbers else "")
                          + f'<br><span class="og-note">{e(code)} means: '
-                           f'{e(code_sentence(code, quoted) or "(no description)")}'
+                           f'{e(CODES.get(code) or "(no description)")}'
                            "</span></li>")
         body.append("<h4>Blocked reasons, with their numbers</h4><ul>" + "".join(items) + "</ul>")
     if cut:

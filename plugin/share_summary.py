@@ -29,10 +29,6 @@ SIMULATED_PREFIX = "GPU SIMULATED:"
 SHARED_VERDICTS = ("PASSED", "BLOCKED", "FAILED", "SKIPPED", "INTERRUPTED")
 CUT_BY = {"SIGINT": "Ctrl-C (SIGINT)", "SIGTERM": "SIGTERM", "timeout_backstop": "the timeout backstop"}
 QUOTED = "reason quoted in the private report"
-# A code's catalogue sentence where the engine's log stated why: ENGINE_DIED's "could not classify further"
-# would contradict the quote the private report holds.
-QUOTED_MEANING = {"ENGINE_DIED": "the engine ended (one of its processes died, or it exited) for a reason none of "
-                                 "the other codes names"}
 
 
 def quoted_codes(receipt: dict) -> set[str]:
@@ -44,14 +40,9 @@ def quoted_codes(receipt: dict) -> set[str]:
     return {e["code"] for e in ends if e.get("code") in CODES and isinstance(e.get("quote"), str) and e["quote"]}
 
 
-def code_sentence(code: str, quoted: set[str]) -> str:
-    """The kit's sentence for a code (QUOTED_MEANING's where the engine stated why)."""
-    return QUOTED_MEANING.get(code, CODES.get(code, "")) if code in quoted else CODES.get(code, "")
-
-
 def meaning(code: str, quoted: set[str]) -> str:
     """The kit's sentence for a code, and where the engine's own reason is, when it stated one."""
-    return code_sentence(code, quoted) + (f"; {QUOTED}" if code in quoted else "")
+    return CODES.get(code, "") + (f"; {QUOTED}" if code in quoted else "")
 
 
 def verdict_lines(receipt: dict) -> list[str]:
