@@ -73,6 +73,13 @@ def _read(root: Path) -> CheckpointFacts:
     return facts
 
 
+def read_config(root) -> dict:
+    """config.json alone, read as read_checkpoint reads it (for the launch plan, which needs only its towers).
+
+    Raises Blocked CHECKPOINT_MISSING, CHECKPOINT_INCOMPLETE or CHECKPOINT_CORRUPT as read_checkpoint does."""
+    return _json_object(Path(os.path.abspath(root)), CONFIG_NAME)
+
+
 @contextmanager
 def _gc_paused():
     was_enabled = gc.isenabled()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from .checkpoint import read_config
 from .engine import Engine, facts_json as boot_json
 from .fixtures_plan import image_or_none
 from .glue import blocked_as_xfail
@@ -23,6 +24,7 @@ from .outcomes import Blocked
 from .probe import facts_json as probe_json, run_probe
 from .progress import TerminalProgress
 from .rundir import FOLDER_MODE
+from .towers import has_towers
 
 SOCKET_FOLDER = "sock"
 DOCKER_TIMEOUT_S = 120  # API calls (create, stop, logs) on a busy daemon can take a while
@@ -67,9 +69,12 @@ def _image_for_plan(request, hardware, settings) -> tuple[str, list[str]]:
 def launch_spec(request, settings, selected_gpu, hardware, kit) -> LaunchSpec:
     """The exact engine launch (argv, mounts, caps) a person approves; shown and kept in the receipt."""
     image_id, notes = _image_for_plan(request, hardware, settings)
+    root = os.path.realpath(settings.model_path)
+    with blocked_as_xfail():  # the launch depends on config.json: its towers decide --language-model-only
+        towers = has_towers(read_config(root))
     spec = build_launch_spec(settings, selected_gpu.uuid, image_id, kit.run_folder.name,
-                             str(socket_folder(kit.run_folder)), current_owner(),
-                             checkpoint_root=os.path.realpath(settings.model_path))
+                             str(socket_folder(kit.run_folder)), current_owner(), checkpoint_root=root,
+                             towers=towers)
     if notes:
         spec = dataclasses.replace(spec, notes=[*spec.notes, *notes])
     kit.table("onegpu launch plan", spec.plan_lines())

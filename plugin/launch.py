@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
 
@@ -18,6 +19,9 @@ MODEL_REPO_MOUNT = "/model-repo"  # a Hugging Face cache repo folder (models--OR
 SOCKET_MOUNT = "/run/onegpu"  # the private socket folder, read-write
 SOCKET_NAME = "engine.sock"
 ENGINE_HOME = "/home/engine"
+# The engine runs as the invoking user's uid:gid, which the image's /etc/passwd may not list; getpass (torch
+# inductor's cache folder, among others) then fails unless USER or LOGNAME names someone. The name matches HOME.
+ENGINE_USER = "engine"
 
 # Writable scratch for a non-root engine: caches under HOME and /tmp. tmpfs pages count against the
 # container's memory cap, so they are bounded; `mode=1777` lets any uid write there.
@@ -33,6 +37,21 @@ OFFLINE_ENV = {
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
 }
+# Who the engine is inside the container: its writable HOME, and a user name for a uid without a passwd entry.
+USER_ENV = {"HOME": ENGINE_HOME, "USER": ENGINE_USER, "LOGNAME": ENGINE_USER}
+# settings.offload_pinning "exact": vLLM's offloader skips torch's pinned allocator (which rounds every buffer
+# up to a power of two). vLLM reads it as bool(int(value)) (vllm/envs.py).
+EXACT_PINNING_ENV = {"VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY": "1"}
+
+# `--generation-config vllm`: without it vLLM applies the checkpoint's generation_config.json sampling values
+# (temperature, top_p, top_k, min_p, penalties) and its max_new_tokens to every request that leaves them out.
+# The kit forwards operator and benchmark request bodies byte for byte, so it cannot add those values to each
+# request; with `vllm` the engine's own defaults apply and every value a request sets is what runs.
+GENERATION_CONFIG = "vllm"
+GENERATION_NOTE = ("--generation-config vllm: the engine's own sampling defaults apply to what a request leaves "
+                   "out, not the checkpoint's generation_config.json values or its max_new_tokens cap (its stop "
+                   "tokens still apply); request bodies are forwarded byte for byte, so every value a request "
+                   "sets is what runs")
 
 KIT_LABEL = "onegpu.kit"
 LABEL_RUN_ID = "onegpu.run_id"
@@ -89,6 +108,8 @@ class LaunchSpec:
     init: bool = True  # docker-init as PID 1 forwards the stop signal and reaps the engine's workers
     model_arg: str = MODEL_MOUNT
     notes: list[str] = field(default_factory=list)
+    # The tower sections of the checkpoint's config.json (plugin.towers); non-empty -> `--language-model-only`.
+    towers: list[str] = field(default_factory=list)
     # What the engine computes on: "cuda", the product path (one NVIDIA GPU). "cpu" is vLLM's CPU build, the
     # real-engine double of the kit's own tests; the probe then demands vLLM's CPU platform and no CUDA device.
     engine_platform: str = "cuda"
@@ -175,7 +196,9 @@ class LaunchSpec:
             *(["engine     vLLM's CPU build (the kit's real-engine test double, not the product path: one NVIDIA "
                "GPU)"] if self.engine_platform == "cpu" else []),
             f"network    {self.network_mode}",
-            f"user       {self.user} (tmpfs HOME {ENGINE_HOME})",
+            f"user       {self.user} (USER and LOGNAME {self.environment.get('USER', 'not set')}: the uid may "
+            f"have no passwd entry; tmpfs HOME {ENGINE_HOME})",
+            f"env        {' '.join(f'{k}={v}' for k, v in self.environment.items())}",
             f"memory     RAM cap {gib(self.mem_limit_bytes)} ({self.mem_limit_bytes:,} bytes), memory+swap "
             f"{gib(self.memswap_limit_bytes)}" + (" (no swap)" if self.memswap_limit_bytes == self.mem_limit_bytes
                                                   else ""),
@@ -245,12 +268,13 @@ def owner_labels(run_id: str, owner: Owner, role: str) -> dict[str, str]:
 
 
 def build_launch_spec(settings, gpu_uuid: str | None, image_id: str, run_id: str, socket_dir: str,
-                      owner: Owner, checkpoint_root: str | None = None) -> LaunchSpec:
+                      owner: Owner, checkpoint_root: str | None = None, towers: Sequence[str] = ()) -> LaunchSpec:
     """The engine launch for these settings (pure: no file, process or daemon is consulted).
 
     `checkpoint_root` is the checkpoint folder with links resolved (default: settings.model_path as written):
     a model_path that is a link to a cache snapshot must mount the snapshot's real repo folder, or the
-    snapshot's relative links into ../../blobs would dangle in the container."""
+    snapshot's relative links into ../../blobs would dangle in the container. `towers` are the tower sections
+    of its config.json (plugin.towers.has_towers)."""
     root = checkpoint_root or settings.model_path
     layout = hf_cache_layout(root)
     notes = []
@@ -280,7 +304,23 @@ def build_launch_spec(settings, gpu_uuid: str | None, image_id: str, run_id: str
         "--enable-chunked-prefill",
         "--enforce-eager",
         "--cpu-offload-gb", _number(settings.cpu_offload_gib),
+        "--generation-config", GENERATION_CONFIG,
     ]
+    notes.append(GENERATION_NOTE)
+    if towers:
+        # The kit's runs are text-only: with every modality limit 0 vLLM skips the towers' weights.
+        command.append("--language-model-only")
+        notes.append(f"--language-model-only: config.json declares {', '.join(towers)}; the kit's runs are "
+                     "text-only, so the engine loads no vision or audio tower")
+    environment = {**OFFLINE_ENV, **USER_ENV}
+    if settings.offload_pinning == "exact":
+        environment.update(EXACT_PINNING_ENV)
+        notes.append("offload_pinning exact: VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1, so no offloaded "
+                     "parameter is pinned by torch's allocator, which rounds each buffer up to a power of two; "
+                     "on CUDA vLLM pins a copy of exactly the parameter's bytes when it maps it for the GPU")
+    else:
+        notes.append("offload_pinning rounded (vLLM's default): each offloaded parameter is pinned by torch's "
+                     "allocator, which rounds its buffer up to a power of two")
     if settings.kv_cache_dtype is not None:
         command += ["--kv-cache-dtype", settings.kv_cache_dtype]
     else:
@@ -293,7 +333,7 @@ def build_launch_spec(settings, gpu_uuid: str | None, image_id: str, run_id: str
         name=container_name(run_id, owner.pid),
         entrypoint=["vllm"],
         command=command,
-        environment={**OFFLINE_ENV, "HOME": ENGINE_HOME},
+        environment=environment,
         labels=owner_labels(run_id, owner, "engine"),
         mounts=mounts,
         socket_dir=socket_dir,
@@ -310,6 +350,7 @@ def build_launch_spec(settings, gpu_uuid: str | None, image_id: str, run_id: str
         cap_drop=["ALL"],
         model_arg=model_arg,
         notes=notes,
+        towers=list(towers),
     )
 
 
@@ -327,6 +368,7 @@ def missing_elements(spec: LaunchSpec, settings, gpu_uuid: str | None) -> list[s
         "--max-model-len": str(settings.context_tokens),
         "--max-num-batched-tokens": str(settings.prefill_chunk_tokens),
         "--cpu-offload-gb": _number(settings.cpu_offload_gib),
+        "--generation-config": GENERATION_CONFIG,
     }
     if spec.entrypoint != ["vllm"] or cmd[:1] != ["serve"]:
         problems.append(f"entrypoint must be `vllm serve`, is {spec.entrypoint + cmd[:1]}")
@@ -336,6 +378,9 @@ def missing_elements(spec: LaunchSpec, settings, gpu_uuid: str | None) -> list[s
     for flag in ("--enable-chunked-prefill", "--enforce-eager"):
         if flag not in cmd:
             problems.append(f"{flag} missing")
+    if ("--language-model-only" in cmd) != bool(spec.towers):
+        problems.append(f"--language-model-only must appear exactly when config.json declares towers "
+                        f"({', '.join(spec.towers) or 'none'})")
     if ("--trust-remote-code" in cmd) != bool(settings.trust_remote_code):
         problems.append(f"--trust-remote-code must appear only when settings allow it ({settings.trust_remote_code})")
     if flag_value("--kv-cache-dtype") != settings.kv_cache_dtype:
@@ -353,9 +398,15 @@ def missing_elements(spec: LaunchSpec, settings, gpu_uuid: str | None) -> list[s
         problems.append("pids limit and shm size must be stated")
     if "no-new-privileges" not in spec.security_opt or "ALL" not in spec.cap_drop:
         problems.append("no-new-privileges and cap-drop ALL are required")
-    for key, value in {**OFFLINE_ENV, "HOME": ENGINE_HOME}.items():
+    for key, value in {**OFFLINE_ENV, **USER_ENV}.items():
         if spec.environment.get(key) != value:
             problems.append(f"environment {key} must be {value!r}")
+    pinning = {key: spec.environment.get(key) for key in EXACT_PINNING_ENV}
+    wanted = EXACT_PINNING_ENV if settings.offload_pinning == "exact" else dict.fromkeys(EXACT_PINNING_ENV)
+    if pinning != wanted:
+        problems.append(f"offload_pinning {settings.offload_pinning}: environment must hold "
+                        + (", ".join(f"{k}={v}" for k, v in EXACT_PINNING_ENV.items())
+                           if settings.offload_pinning == "exact" else f"no {', '.join(EXACT_PINNING_ENV)}"))
     for label in (KIT_LABEL, LABEL_RUN_ID, LABEL_OWNER_PID, LABEL_OWNER_START, LABEL_OWNER_HOST):
         if label not in spec.labels:
             problems.append(f"label {label} missing")

@@ -18,6 +18,11 @@ OWN_SCHEMA = "onegpu/settings@1"
 LEGACY_SCHEMA = "axm/one-gpu-settings@1"
 
 KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
+# How vLLM's UVA offloader holds the offloaded weights in host RAM (plugin.launch sets the engine's env from it):
+# "rounded" is vLLM's default, each parameter pinned through torch's pinned allocator, which rounds every buffer
+# up to a power of two; "exact" sets VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1, so no parameter goes through
+# that allocator: on CUDA, vLLM's op that maps a parameter for the GPU then pins a copy of exactly its bytes.
+OFFLOAD_PINNINGS = ("rounded", "exact")
 MAX_CONTEXT = 16 * 2**20
 MAX_DEADLINE_S = 7 * 24 * 3600
 
@@ -34,6 +39,8 @@ ASSUMED_DEFAULTS: dict[str, tuple[object, str]] = {
     "free_floor_gib": (2.0, "GPU memory that should stay free after boot"),
     "max_requests": (1000, "cap on request lines"),
     "container_cpus": (None, "no CPU quota on the container"),
+    "offload_pinning": ("rounded", "vLLM's default: each offloaded parameter pinned by torch's allocator, "
+                                   "which rounds it up to a power of two"),
 }
 
 _REVISION = re.compile(r"^[0-9a-f]{40}$")
@@ -77,10 +84,11 @@ class Settings:
     pids_limit: int
     free_floor_gib: float
     max_requests: int
+    offload_pinning: str  # one of OFFLOAD_PINNINGS
     assumed: dict[str, str] = field(default_factory=dict)  # field -> "value (why)"
 
 
-# field -> (kind, low, high); kinds: int, number, str, bool, gpu, revision, model_id, path, image, kv
+# field -> (kind, low, high); kinds: int, number, str, bool, gpu, revision, model_id, path, image, kv, pinning
 OWN_FIELDS: dict[str, tuple] = {
     "model_id": ("model_id",), "model_revision": ("revision",), "model_path": ("path",), "image": ("image",),
     "gpu": ("gpu",), "context_tokens": ("int", 1, MAX_CONTEXT), "prefill_chunk_tokens": ("int", 1, MAX_CONTEXT),
@@ -91,6 +99,7 @@ OWN_FIELDS: dict[str, tuple] = {
     "request_timeout_s": ("int", 1, MAX_DEADLINE_S), "serve_window_s": ("int", 1, MAX_DEADLINE_S),
     "shm_gib": ("number", 0.0625, 4096), "pids_limit": ("int", 64, 4194304),
     "free_floor_gib": ("number", 0, 4096), "max_requests": ("int", 1, 10_000_000),
+    "offload_pinning": ("pinning",),
 }
 _OWN_REQUIRED = ("model_id", "model_revision", "model_path", "image", "gpu", "context_tokens",
                  "prefill_chunk_tokens", "cpu_offload_gib", "container_ram_gib", "host_headroom_gib", "deadline_s")
@@ -126,6 +135,10 @@ def check_field(name: str, value, spec: tuple) -> str | None:
         return None
     if kind == "bool":
         return None if isinstance(value, bool) else f"{shown}: must be true or false"
+    if kind == "pinning" and value not in OFFLOAD_PINNINGS:
+        return (f"{shown}: must be \"rounded\" (vLLM's default: each offloaded parameter pinned by torch's "
+                "allocator, rounded up to a power of two) or \"exact\" (the engine gets "
+                "VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1)")
     if not isinstance(value, str) and kind != "gpu" and not (kind == "kv" and value is None):
         return f"{shown}: must be a string"
     if kind == "revision" and not _REVISION.match(value):

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from plugin.checkpoint import read_config
 from plugin.launch import LaunchSpec, Owner, build_launch_spec
 from plugin.leftovers import current_owner
 from plugin.settings import OWN_SCHEMA, Settings, parse_settings
+from plugin.towers import has_towers
 
 ENGINE_UID = 1000 if os.getuid() == 0 else os.getuid()
 ENGINE_GID = 1000 if os.getuid() == 0 else os.getgid()
@@ -50,22 +52,26 @@ def private_folder(path: Path, uid: int = ENGINE_UID, gid: int = ENGINE_GID) -> 
     return path
 
 
-def checkpoint_folder(root: Path) -> Path:
+def checkpoint_folder(root: Path, config: dict | None = None) -> Path:
     folder = root / "ckpt"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    (folder / "config.json").write_text(json.dumps(config or {"architectures": ["LlamaForCausalLM"]}))
     os.chmod(folder, 0o755)
     return folder
 
 
-def make_spec(root: Path, image_id: str, knobs: dict | None = None, **settings_overrides) -> LaunchSpec:
-    """A spec for the stub: the real builder, then no GPU request, stub knobs and test labels."""
-    settings = settings_for(checkpoint_folder(root), **settings_overrides)
+def make_spec(root: Path, image_id: str, knobs: dict | None = None, config: dict | None = None,
+              **settings_overrides) -> LaunchSpec:
+    """A spec for the stub: the real builder (towers read from the checkpoint's config.json, as the launch_spec
+    fixture reads them), then no GPU request, stub knobs and test labels."""
+    ckpt = checkpoint_folder(root, config)
+    settings = settings_for(ckpt, **settings_overrides)
     run = private_folder(root / "run")
     sock = private_folder(run / "sock")
     me = current_owner()
     owner = Owner(me.pid, me.start_ticks, me.boot_id, me.pidns, ENGINE_UID, ENGINE_GID)
-    spec = build_launch_spec(settings, None, image_id, f"test-{uuid.uuid4().hex[:8]}", str(sock), owner)
+    spec = build_launch_spec(settings, None, image_id, f"test-{uuid.uuid4().hex[:8]}", str(sock), owner,
+                             towers=has_towers(read_config(ckpt)))
     return dataclasses.replace(
         spec, environment={**spec.environment, **(knobs or {})},
         labels={**spec.labels, "onegpu.test": "1", "onegpu.test_case": uuid.uuid4().hex})

@@ -118,6 +118,20 @@ def test_checkpoint_mount_is_read_only_and_socket_folder_writable(docker_client,
     assert not (tmp_path / "ckpt" / "written-by-engine").exists()
 
 
+def test_a_uid_without_a_passwd_entry_still_has_a_user_name(docker_client, tmp_path, stub_image):
+    """The engine runs as the invoking uid, which the image's /etc/passwd need not list: getpass (torch inductor's
+    cache folder) then answers from USER/LOGNAME, and fails without them."""
+    spec = dataclasses.replace(make_spec(tmp_path, stub_image), user="4321:4321")  # not in the stub's passwd
+    code, out = short_run(docker_client, spec, (
+        "import getpass, os, pwd\n"
+        "try:\n    pwd.getpwuid(os.getuid())\nexcept KeyError:\n    print('no passwd entry for', os.getuid())\n"
+        "print('named', getpass.getuser(), os.environ['LOGNAME'])\n"
+        "for key in ('USER', 'LOGNAME'):\n    del os.environ[key]\n"
+        "try:\n    getpass.getuser()\nexcept Exception as e:\n    print('unnamed', type(e).__name__)\n"))
+    assert code == 0, out
+    assert "no passwd entry for 4321" in out and "named engine engine" in out and "unnamed " in out
+
+
 def test_ram_cap_holds_and_its_kill_is_classified(docker_client, tmp_path, stub_image):
     spec = make_spec(tmp_path, stub_image, {"STUB_FAIL": "alloc_past_cap", "STUB_ALLOC_LIMIT_MIB": "1024"})
     spec = dataclasses.replace(spec, mem_limit_bytes=256 * MiB, memswap_limit_bytes=256 * MiB)

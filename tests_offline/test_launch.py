@@ -43,9 +43,70 @@ def test_command_is_vllm_serve_with_every_flag_of_the_plan():
         "serve", "/model", "--served-model-name", "XiaomiMiMo/MiMo-V2.5-Pro", "--uds", "/run/onegpu/engine.sock",
         "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--max-num-seqs", "1",
         "--gpu-memory-utilization", "0.85", "--max-model-len", "131072", "--max-num-batched-tokens", "8192",
-        "--enable-chunked-prefill", "--enforce-eager", "--cpu-offload-gb", "600"]
+        "--enable-chunked-prefill", "--enforce-eager", "--cpu-offload-gb", "600", "--generation-config", "vllm"]
     assert spec.flags_used() == [a for a in spec.command if a.startswith("--")]
     assert missing_elements(spec, settings(), UUID) == []
+
+
+def test_generation_config_vllm_is_in_the_plan_with_its_reason():
+    spec = spec_for()
+    assert "--generation-config" in spec.flags_used()  # what the runtime probe checks the image's vLLM for
+    rows = spec.plan_lines()
+    (note,) = [r for r in rows if r.startswith("note       --generation-config vllm:")]
+    assert "generation_config.json" in note and "max_new_tokens" in note and "byte for byte" in note
+    assert note.removeprefix("note       ") in spec.to_json()["notes"]
+    wrong = dataclasses.replace(spec, command=[*spec.command[:-1], "auto"])
+    assert missing_elements(wrong, settings(), UUID) == ["--generation-config must be 'vllm', is 'auto'"]
+
+
+def test_a_checkpoint_with_towers_is_launched_language_model_only():
+    plain = spec_for()
+    assert "--language-model-only" not in plain.command and plain.towers == []
+    spec = spec_for(towers=["vision_config", "audio_config"])
+    assert spec.command[-1] == "--language-model-only" and spec.towers == ["vision_config", "audio_config"]
+    assert "--language-model-only" in spec.flags_used()
+    assert any(r.startswith("note       --language-model-only: config.json declares vision_config, audio_config")
+               for r in spec.plan_lines())
+    assert missing_elements(spec, settings(), UUID) == []
+    without = dataclasses.replace(spec, command=spec.command[:-1])
+    assert missing_elements(without, settings(), UUID) == [
+        "--language-model-only must appear exactly when config.json declares towers (vision_config, audio_config)"]
+    assert missing_elements(dataclasses.replace(plain, command=[*plain.command, "--language-model-only"]),
+                            settings(), UUID) == [
+        "--language-model-only must appear exactly when config.json declares towers (none)"]
+
+
+def test_the_engine_has_a_user_name_for_a_uid_without_a_passwd_entry():
+    spec = spec_for()
+    env = spec.create_kwargs()["environment"]
+    assert (env["USER"], env["LOGNAME"], env["HOME"]) == ("engine", "engine", "/home/engine")
+    rows = spec.plan_lines()
+    assert "user       1000:1000 (USER and LOGNAME engine: the uid may have no passwd entry; tmpfs HOME " \
+           "/home/engine)" in rows
+    (env_row,) = [r for r in rows if r.startswith("env        ")]
+    assert "HOME=/home/engine USER=engine LOGNAME=engine" in env_row and "HF_HUB_OFFLINE=1" in env_row
+    argv = spec.docker_run_argv()
+    assert {"USER=engine", "LOGNAME=engine"} <= {argv[i + 1] for i, a in enumerate(argv) if a == "--env"}
+    assert spec.to_json()["environment"]["LOGNAME"] == "engine"
+    unnamed = dataclasses.replace(spec, environment={k: v for k, v in env.items() if k != "LOGNAME"})
+    assert missing_elements(unnamed, settings(), UUID) == ["environment LOGNAME must be 'engine'"]
+
+
+def test_offload_pinning_exact_turns_off_torchs_pinned_allocator_in_the_engine():
+    rounded = spec_for()
+    assert "VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY" not in rounded.environment
+    assert any(r.startswith("note       offload_pinning rounded (vLLM's default)") for r in rounded.plan_lines())
+    s = settings(offload_pinning="exact")
+    exact = spec_for(s)
+    assert exact.create_kwargs()["environment"]["VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY"] == "1"
+    assert "--env VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1" in exact.docker_run_line()
+    assert any(r.startswith("note       offload_pinning exact: VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1")
+               for r in exact.plan_lines())
+    assert missing_elements(exact, s, UUID) == []
+    assert missing_elements(rounded, s, UUID) == [
+        "offload_pinning exact: environment must hold VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1"]
+    assert missing_elements(exact, settings(), UUID) == [
+        "offload_pinning rounded: environment must hold no VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY"]
 
 
 def test_kv_dtype_and_remote_code_flags_only_when_settings_name_them():
@@ -226,3 +287,33 @@ def test_a_model_path_linked_to_a_cache_snapshot_mounts_the_real_repo_folder(kit
     launch = json.loads((folder / "receipt.json").read_text())["launch"]
     assert launch["mounts"][0]["source"] == str(repo) and launch["mounts"][0]["read_only"] is True
     assert launch["command"][1] == f"/model-repo/snapshots/{'c' * 40}"
+
+
+def test_the_plan_reads_towers_from_the_checkpoints_config(kit_project, tmp_path):
+    """The launch_spec fixture reads config.json itself: a vision and an audio tower give --language-model-only,
+    named in the receipt's launch; a config the kit cannot read gives no plan at all."""
+    ckpt = tmp_path / "omni"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"architectures": ["MiMoV2OmniForCausalLM"],
+                                                  "vision_config": {"depth": 28}, "audio_config": {}}))
+    (kit_project.path / "s.json").write_text(json.dumps({
+        "schema": "onegpu/settings@1", "model_id": "org/omni", "model_revision": "c" * 40, "model_path": str(ckpt),
+        "image": "onegpu-absent:v0", "gpu": 0, "context_tokens": 4096, "prefill_chunk_tokens": 512,
+        "cpu_offload_gib": 0, "container_ram_gib": 8, "host_headroom_gib": 1, "deadline_s": 60,
+        "offload_pinning": "exact"}))
+    kit_project.makepyfile(**{"tests_hw/test_2_launch": (
+        "import pytest\npytestmark = [pytest.mark.scan, pytest.mark.phase('plan')]\n"
+        "def test_plan(launch_spec):\n    pass\n")})
+    profile = Path(__file__).resolve().parents[1] / "profiles" / "h200-141gb-host.json"
+    args = ("-m", "scan", "--settings=s.json", f"--hardware={profile}")
+    kit_project.runpytest(*args).assert_outcomes(passed=1)
+    (folder,) = (kit_project.path / "runs").iterdir()
+    launch = json.loads((folder / "receipt.json").read_text())["launch"]
+    assert launch["command"][-1] == "--language-model-only" and "--language-model-only" in launch["flags_used"]
+    assert launch["towers"] == ["vision_config", "audio_config"]
+    assert launch["environment"]["VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY"] == "1"
+    assert launch["environment"]["USER"] == launch["environment"]["LOGNAME"] == "engine"
+    (ckpt / "config.json").write_text('{"vision_config": {}, "vision_config": {}}')
+    refused = kit_project.runpytest(*args)
+    refused.assert_outcomes(xfailed=1)
+    assert "CHECKPOINT_CORRUPT" in refused.stdout.str()

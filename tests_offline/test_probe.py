@@ -231,6 +231,25 @@ def test_probe_refuses_an_incompatible_runtime(docker_client, tmp_path, stub_ima
     assert _kit_test_containers(docker_client, spec) == []
 
 
+OMNI_CONFIG = {"architectures": ["MiMoV2OmniForCausalLM"], "vision_config": {"depth": 28}, "audio_config": {}}
+
+
+def test_probe_checks_the_flags_of_a_language_model_only_launch(docker_client, tmp_path, stub_image):
+    """A checkpoint with towers adds --language-model-only; an image whose vLLM lacks it (here the stub as an
+    older release) is RUNTIME_INCOMPATIBLE before anything loads, as for any flag the plan uses."""
+    spec = make_spec(tmp_path / "new", stub_image, {"STUB_VLLM_VERSION": "0.32.0"}, config=OMNI_CONFIG)
+    facts, _ = run_probe(docker_client, spec)
+    assert {"--generation-config", "--language-model-only"} <= set(facts.flags_checked)
+    assert facts.missing_flags == []
+    older = make_spec(tmp_path / "old", stub_image, config=OMNI_CONFIG)  # the stub's default version, 0.11.0
+    with pytest.raises(Blocked) as exc:
+        run_probe(docker_client, older)
+    assert exc.value.code == "RUNTIME_INCOMPATIBLE"
+    assert "vLLM 0.11.0 does not know the flag(s) --language-model-only the launch uses" in exc.value.message
+    assert exc.value.numbers["missing_flags"] == ["--language-model-only"]
+    assert _kit_test_containers(docker_client, spec) == _kit_test_containers(docker_client, older) == []
+
+
 def test_probe_of_an_image_without_vllm_says_so(docker_client, tmp_path, stub_image):
     spec = make_spec(tmp_path, stub_image)
     kwargs = probe_create_kwargs(spec)

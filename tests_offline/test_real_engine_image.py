@@ -133,3 +133,20 @@ def test_container_sees_only_loopback_and_no_routes(docker_client, real_engine_i
 def test_vllm_serve_help_runs_to_completion(docker_client, real_engine_image):
     out = run_ok(docker_client, real_engine_image, ["serve", "--help"])
     assert "usage: vllm serve" in out
+
+
+def test_the_kits_probe_finds_every_launch_flag_in_the_real_vllm(docker_client, real_engine_image, tmp_path):
+    """The runtime probe against the real engine, for a launch with every conditional flag: a checkpoint with a
+    vision and an audio tower (--language-model-only) and `--generation-config vllm`, both read from vLLM 0.32.0's
+    own `vllm serve --help=all`."""
+    import dataclasses
+
+    from plugin.probe import run_probe
+    from tests_offline.engine_helpers import make_spec
+
+    config = {"architectures": ["MiMoV2OmniForCausalLM"], "vision_config": {"depth": 28}, "audio_config": {}}
+    spec = dataclasses.replace(make_spec(tmp_path, real_engine_image, config=config), engine_platform="cpu")
+    assert {"--generation-config", "--language-model-only"} <= set(spec.flags_used())
+    facts, _ = run_probe(docker_client, spec, timeout_s=CONTAINER_TIMEOUT_S)
+    assert facts.vllm_version.startswith(VLLM_VERSION) and facts.platform == "cpu"
+    assert facts.missing_flags == [] and facts.flags_checked == spec.flags_used()

@@ -36,7 +36,7 @@ OWN_FULL = {
     "gpu": "GPU-cb3dfa52-e2f3-9ca4-a399-7d16041c3732",
     "boot_deadline_s": 3600, "container_cpus": 16, "gpu_reserve_gib": 6.5, "kv_cache_dtype": "fp8",
     "trust_remote_code": True, "request_timeout_s": 900, "serve_window_s": 1800, "shm_gib": 32,
-    "pids_limit": 8192, "free_floor_gib": 1.5, "max_requests": 500,
+    "pids_limit": 8192, "free_floor_gib": 1.5, "max_requests": 500, "offload_pinning": "exact",
 }
 
 
@@ -92,7 +92,9 @@ def test_earlier_example_filled_in_loads_with_the_documented_field_mapping(tmp_p
 def test_knobs_the_earlier_schema_lacks_are_assumed_and_listed(tmp_path):
     s = load_settings(legacy_filled(tmp_path))
     assert set(s.assumed) == {"gpu_reserve_gib", "kv_cache_dtype", "trust_remote_code", "request_timeout_s",
-                              "serve_window_s", "shm_gib", "pids_limit", "free_floor_gib", "boot_deadline_s"}
+                              "serve_window_s", "shm_gib", "pids_limit", "free_floor_gib", "boot_deadline_s",
+                              "offload_pinning"}
+    assert s.offload_pinning == "rounded" and s.assumed["offload_pinning"].startswith("rounded (vLLM's default")
     assert s.kv_cache_dtype is None and s.assumed["kv_cache_dtype"].startswith("none (the model's own dtype")
     assert s.trust_remote_code is False and s.assumed["trust_remote_code"].startswith("False (")
     assert s.gpu_reserve_gib == ASSUMED_DEFAULTS["gpu_reserve_gib"][0]
@@ -125,6 +127,27 @@ def test_own_schema_full_file_assumes_nothing(tmp_path):
     assert s.gpu == "GPU-cb3dfa52-e2f3-9ca4-a399-7d16041c3732"
     assert (s.kv_cache_dtype, s.trust_remote_code, s.gpu_reserve_gib, s.container_cpus) == ("fp8", True, 6.5, 16.0)
     assert (s.boot_deadline_s, s.serve_window_s, s.pids_limit, s.max_requests) == (3600, 1800, 8192, 500)
+    assert s.offload_pinning == "exact"
+
+
+@pytest.mark.parametrize("value", ["rounded", "exact"])
+def test_offload_pinning_takes_its_two_values(tmp_path, value):
+    s = load_settings(write(tmp_path, {**OWN_MINIMAL, "offload_pinning": value}))
+    assert s.offload_pinning == value and "offload_pinning" not in s.assumed
+
+
+@pytest.mark.parametrize("value", ["Exact", "pow2", "", None, True, 1, ["exact"]])
+def test_offload_pinning_refuses_anything_else_naming_field_value_and_rule(tmp_path, value):
+    (error,) = errors_of(write(tmp_path, {**OWN_MINIMAL, "offload_pinning": value}))
+    assert error == (f"field 'offload_pinning': value {json.dumps(value)}: must be \"rounded\" (vLLM's default: "
+                     "each offloaded parameter pinned by torch's allocator, rounded up to a power of two) or "
+                     "\"exact\" (the engine gets VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1)")
+
+
+def test_the_earlier_schema_has_no_offload_pinning_field(tmp_path):
+    doc = json.loads(legacy_filled(tmp_path).read_text())
+    errors = errors_of(write(tmp_path, {**doc, "offload_pinning": "exact"}))
+    assert errors == [f"field 'offload_pinning': value \"exact\": unknown field (not in {LEGACY_SCHEMA})"]
 
 
 # --- refusals ------------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ MODEL_ID = "org/stub-model"
 SERVE = ["serve", "/models/m", "--served-model-name", MODEL_ID, "--uds", "/run/onegpu/engine.sock",
          "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--max-num-seqs", "1",
          "--gpu-memory-utilization", "0.85", "--max-model-len", "4096", "--max-num-batched-tokens", "2048",
-         "--enable-chunked-prefill", "--enforce-eager", "--cpu-offload-gb", "2"]
+         "--enable-chunked-prefill", "--enforce-eager", "--cpu-offload-gb", "2", "--generation-config", "vllm"]
 
 
 @pytest.fixture(scope="module")
@@ -263,6 +263,19 @@ def test_vllm_before_0_10_1_has_no_uds(stub_factory):
     assert helped.wait() == 0 and "--max-model-len" in helped.logs() and "--uds" not in helped.logs()
     assert launched.wait() == 2 and "unrecognized arguments: --uds" in launched.logs()
     assert help_all.wait() == 2 and "ignored explicit argument 'all'" in help_all.logs()
+
+
+def test_language_model_only_as_vllm_0_32_takes_it_and_older_stubs_refuse_it(stub_factory):
+    # vLLM's parser declares it with BooleanOptionalAction (engine/arg_utils.py): both forms, in MultiModalConfig.
+    help_all = stub_factory(["serve", "--help=all"], {"STUB_VLLM_VERSION": "0.32.0"})
+    launched = stub_factory(SERVE + ["--language-model-only"], {"STUB_VLLM_VERSION": "0.32.0"})
+    older = stub_factory(SERVE + ["--language-model-only"])
+    assert help_all.wait() == 0
+    assert "\nMultiModalConfig:\n" in help_all.logs()
+    assert "  --language-model-only, --no-language-model-only\n" in help_all.logs()
+    launched.ready()
+    assert "'generation_config': 'vllm'" in launched.logs() and "'language_model_only': True" in launched.logs()
+    assert older.wait() == 2 and "unrecognized arguments: --language-model-only" in older.logs()
 
 
 def test_old_log_format_prints_two_lines(stub_factory):

@@ -2,8 +2,8 @@
 
 Unknown flags end as vLLM's do: the top-level `vllm` parser's usage block, then `vllm: error: unrecognized
 arguments: ...`, exit status 2 (recorded in tests_offline/data/engine_logs/fail-unknown-flag.log).
-`--uds` exists only from vLLM 0.10.1 on; `--help=all` / `--help=<Group>` only on versions that print
-argument groups for a bare `--help`.
+`--uds` exists only from vLLM 0.10.1 on, `--language-model-only` (as the stub knows it) from 0.32.0 on;
+`--help=all` / `--help=<Group>` only on versions that print argument groups for a bare `--help`.
 """
 from __future__ import annotations
 
@@ -77,6 +77,7 @@ FLAGS: list[tuple[str, tuple[str, ...], dict]] = [
     ("SchedulerConfig", ("--max-num-batched-tokens",), dict(type=human_int, default=None, help="Maximum number of tokens to be processed in a single iteration.")),
     ("SchedulerConfig", ("--max-num-seqs",), dict(type=int, default=None, help="Maximum number of sequences to be processed in a single iteration.")),
     ("SchedulerConfig", ("--enable-chunked-prefill",), dict(action=BOOL, default=None, help="If True, prefill requests can be chunked based on the remaining max_num_batched_tokens.")),
+    ("MultiModalConfig", ("--language-model-only",), dict(action=BOOL, default=False, help="If True, disables all multimodal inputs by setting all modality limits to 0. Equivalent to setting `--limit-mm-per-prompt` to 0 for every modality.")),
 ]
 GROUP_DESCRIPTIONS = {
     "Frontend": "Arguments for the OpenAI-compatible frontend server.",
@@ -85,6 +86,7 @@ GROUP_DESCRIPTIONS = {
     "ParallelConfig": "Configuration for the distributed execution.",
     "CacheConfig": "Configuration for the KV cache.",
     "SchedulerConfig": "Scheduler configuration.",
+    "MultiModalConfig": "Controls the behavior of multimodal models.",
 }
 
 
@@ -97,7 +99,8 @@ def build_parser(knobs: Knobs) -> argparse.ArgumentParser:
     parser.add_argument("model_tag", nargs="?", default=None, help="The model tag to serve (optional if specified in config)")
     groups = {"options": parser}
     for group, flags, kwargs in FLAGS:
-        if flags[0] == "--uds" and not knobs.has_uds:
+        if (flags[0] == "--uds" and not knobs.has_uds
+                or flags[0] == "--language-model-only" and not knobs.has_language_model_only):
             continue
         if group not in groups:
             groups[group] = parser.add_argument_group(group, GROUP_DESCRIPTIONS.get(group))

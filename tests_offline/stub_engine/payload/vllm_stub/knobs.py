@@ -7,6 +7,10 @@ from dataclasses import dataclass
 DEFAULT_VERSION = "0.11.0"
 # `vllm serve --uds` exists from vLLM 0.10.1 on (the kit's RUNTIME_INCOMPATIBLE check relies on it).
 UDS_SINCE = (0, 10, 1)
+# `--language-model-only` is in vLLM 0.32.0's parser (engine/arg_utils.py, the MultiModalConfig group), the
+# oldest release whose source the kit has read; the stub knows it from there on and, being unverified before,
+# refuses it on older versions as a release without it would.
+LANGUAGE_MODEL_ONLY_SINCE = (0, 32, 0)
 # `--help` prints only the argument groups and `--help=all` lists every flag from here on (the stub's
 # cut-off; older stubs print plain argparse help and reject `--help=all` as argparse does).
 HELP_GROUPS_SINCE = (0, 10, 0)
@@ -45,6 +49,10 @@ class Knobs:
     @property
     def has_uds(self) -> bool:
         return self.version_tuple >= UDS_SINCE
+
+    @property
+    def has_language_model_only(self) -> bool:
+        return self.version_tuple >= LANGUAGE_MODEL_ONLY_SINCE
 
     @property
     def help_groups(self) -> bool:
