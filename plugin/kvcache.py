@@ -1,19 +1,25 @@
-"""Pure: config.json + context + KV dtype -> the KV cache bytes ONE sequence needs (KIT.md 5).
+"""Pure: config.json + context + KV dtype -> the KV cache pool vLLM needs for ONE sequence (KIT.md 5).
 
 Layer kinds: full attention (GQA, asymmetric K/V head dims), MLA (one latent per token shared by K and V),
-sliding-window attention (bounded by the window; vLLM reserves window - 1 + prefill chunk tokens in whole
-blocks plus one, and the larger of the two is judged), linear attention / mamba (a constant state per
-sequence). A config shape the kit does not model is an UNKNOWN estimate with its reason, never a guess.
+sliding-window attention, linear attention / mamba (a constant state per sequence). Attention-only models are
+counted in vLLM's own accounting (plugin/kv_pool.py: unified pages, equal-sized layer groups with padding, the
+sliding window's in-flight tokens, the null block); models with recurrent state are summed layer by layer, which
+vLLM's page alignment for them can exceed (said in the notes). A config shape the kit does not model is an
+UNKNOWN estimate with its reason, never a guess.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-DEFAULT_BLOCK_SIZE = 16  # vLLM's default KV block (tokens); the launch passes no --block-size
+from .kv_pool import ACCOUNTING, KvPool, LayerSpec, kv_pool
 
-# --kv-cache-dtype values -> bytes per element.
-KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "bfloat16": 2, "float16": 2, "half": 2, "float32": 4}
+DEFAULT_BLOCK_SIZE = 16  # vLLM's default KV block on CUDA (tokens); the launch passes no --block-size
+
+# --kv-cache-dtype values vLLM accepts (vllm/config/cache.py CacheDType) -> bytes per element.
+KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "bfloat16": 2, "float16": 2}
+# K and V head sizes that differ (MiMo-V2) run on the DiffKV attention backends, which accept only these
+# (vllm/v1/attention/backends/triton_attn_diffkv.py supported_kv_cache_dtypes; flash_attn_diffkv.py likewise).
+DIFF_KV_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3")
 # config.json torch_dtype values -> bytes per element.
 MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 
@@ -40,17 +46,20 @@ class KvLayerRow:
     bytes_per_token: int  # one layer, one token: K + V (or the MLA latent) at the KV dtype; 0 for state rows
     window: int | None  # sliding window in tokens
     bound_tokens: int  # tokens the attention rule keeps per layer: the context, or min(context, window)
-    reserved_tokens: int  # tokens vLLM reserves per layer, in whole blocks
+    reserved_tokens: int  # tokens vLLM reserves per layer: whole blocks of its (unified) block size
     state_bytes: int  # one layer's constant recurrent state (linear attention / mamba); 0 otherwise
-    bytes: int  # all layers of this row, judged on the larger of bound and reservation
+    bytes: int  # this row's share of the pool for one request, padding layer slots included
     formula: str  # how the per-token (or per-state) figure is formed
+    groups: int = 0  # vLLM KV cache groups these layers fill (0: not pooled, a recurrent state row)
+    padded_layers: int = 0  # empty layer slots vLLM adds so every group holds the same number of layers
+    block_tokens: int = 0  # tokens per block after vLLM unified the page sizes
 
 
 @dataclass(frozen=True)
 class KvEstimate:
     """KV cache bytes for the configured context and one sequence; bytes None means UNKNOWN (see reason)."""
 
-    bytes: int | None
+    bytes: int | None  # the smallest pool the engine accepts: one request's blocks plus the null block
     bytes_per_token_full: int | None  # what one more token of context costs over all full/MLA layers
     layers: list[KvLayerRow]
     notes: list[str]
@@ -60,6 +69,9 @@ class KvEstimate:
     dtype_bytes: int | None = None
     block_size: int = DEFAULT_BLOCK_SIZE
     prefill_chunk_tokens: int = 0
+    async_scheduling: bool = True
+    pool: KvPool | None = None  # vLLM's pool arithmetic (None when recurrent layers are summed instead)
+    accounting: str = ACCOUNTING
 
 
 class _Unreadable(Exception):
@@ -67,15 +79,21 @@ class _Unreadable(Exception):
 
 
 def kv_cache_estimate(config: dict, context_tokens: int, kv_dtype: str | None, prefill_chunk_tokens: int,
-                      block_size: int = DEFAULT_BLOCK_SIZE) -> KvEstimate:
-    """KV bytes for `context_tokens` of one sequence; never raises for a config shape (UNKNOWN instead)."""
-    base = dict(context_tokens=context_tokens, block_size=block_size, prefill_chunk_tokens=prefill_chunk_tokens)
+                      block_size: int = DEFAULT_BLOCK_SIZE, async_scheduling: bool = True) -> KvEstimate:
+    """The KV pool for `context_tokens` of one sequence; never raises for a config shape (UNKNOWN instead).
+
+    `prefill_chunk_tokens` is what the launch passes as --max-num-batched-tokens; vLLM schedules asynchronously
+    by default on CUDA (two batches in flight), the CPU build never does.
+    """
+    base = dict(context_tokens=context_tokens, block_size=block_size, prefill_chunk_tokens=prefill_chunk_tokens,
+                async_scheduling=async_scheduling)
     notes: list[str] = []
     try:
         cfg = _text_config(config, notes)
         dtype_name, dtype_bytes = _kv_dtype(cfg, kv_dtype, notes)
         kinds = _layer_kinds(cfg, notes)
-        rows = _rows(cfg, kinds, dtype_bytes, context_tokens, prefill_chunk_tokens, block_size, notes)
+        rows, pool = _rows(cfg, kinds, (dtype_bytes, kv_dtype), context_tokens, prefill_chunk_tokens, block_size,
+                           async_scheduling, notes)
     except _Unreadable as exc:
         return KvEstimate(bytes=None, bytes_per_token_full=None, layers=[], notes=notes,
                           unknown_reason=str(exc), kv_dtype=kv_dtype, **base)
@@ -84,11 +102,9 @@ def kv_cache_estimate(config: dict, context_tokens: int, kv_dtype: str | None, p
     if mtp:
         notes.append(f"draft (MTP) layers ({', '.join(mtp)}) are not counted: the launch enables no speculative "
                      "decoding")
-    if len({r.kind for r in rows}) > 1:
-        notes.append("hybrid model: vLLM gives every layer group the same page size, so its pool can round "
-                     "these figures up")
-    return KvEstimate(bytes=sum(r.bytes for r in rows), bytes_per_token_full=per_token, layers=rows, notes=notes,
-                      unknown_reason=None, kv_dtype=dtype_name, dtype_bytes=dtype_bytes, **base)
+    total = pool.required_bytes if pool is not None else sum(r.bytes for r in rows)
+    return KvEstimate(bytes=total, bytes_per_token_full=per_token, layers=rows, notes=notes, unknown_reason=None,
+                      kv_dtype=dtype_name, dtype_bytes=dtype_bytes, pool=pool, **base)
 
 
 def _text_config(config, notes: list[str]) -> dict:
@@ -204,8 +220,9 @@ def _layer_kinds(cfg: dict, notes: list[str]) -> list[str]:
     return ["sliding"] * n
 
 
-def _attention(cfg: dict, sliding: bool, dtype_bytes: int, notes: list[str]) -> tuple[int, str]:
+def _attention(cfg: dict, sliding: bool, dtype: tuple[int, str | None], notes: list[str]) -> tuple[int, str]:
     """(bytes per token per layer, formula) of a GQA layer, K and V head dims kept apart."""
+    dtype_bytes, kv_dtype = dtype
     heads = _int(cfg, "num_attention_heads")
     if cfg.get("num_key_value_heads") is None and not sliding:
         notes.append("config.json has no num_key_value_heads: every attention head keeps its own K and V (MHA)")
@@ -220,8 +237,10 @@ def _attention(cfg: dict, sliding: bool, dtype_bytes: int, notes: list[str]) -> 
     else:
         kv, k, v = full_kv, full_k, full_v
     if k != v:
-        note = (f"K and V head dims differ ({k} / {v}): counted apart; an engine that pads V to {k} would need "
-                f"{k / ((k + v) / 2):.2f}x these layers' bytes")
+        if kv_dtype not in (None, *DIFF_KV_DTYPES):
+            raise _Unreadable(f"KV cache dtype {kv_dtype!r}: K and V head sizes differ ({k} / {v}), which only vLLM's "
+                              f"DiffKV attention backends run, and they accept {', '.join(DIFF_KV_DTYPES)} only")
+        note = f"K and V head dims differ ({k} / {v}): counted apart, as vLLM's DiffKV attention backends store them"
         if note not in notes:
             notes.append(note)
     per_token = kv * (k + v) * dtype_bytes
@@ -261,54 +280,84 @@ def _state(cfg: dict, kind: str, notes: list[str]) -> tuple[int, str]:
                    "per layer per sequence")
 
 
-def _rows(cfg, kinds, dtype_bytes, context, chunk, block, notes) -> list[KvLayerRow]:
-    rows: list[KvLayerRow] = []
-    full_tokens = math.ceil(context / block) * block
-    for kind in dict.fromkeys(k for k in kinds if k != "none"):
+def _window(cfg: dict) -> int:
+    # MiMo-V2's attention layers take sliding_window_size (vllm/model_executor/models/mimo_v2.py); others take
+    # sliding_window.
+    return _first_int(cfg, ("sliding_window_size", "sliding_window") if cfg.get("hybrid_layer_pattern") is not None
+                      else ("sliding_window", "sliding_window_size"))
+
+
+def _layer_spec(cfg: dict, kind: str, dtype: tuple[int, str | None], notes: list[str]) -> tuple[LayerSpec, str]:
+    if kind == "mla":
+        rank, rope = _int(cfg, "kv_lora_rank"), _int(cfg, "qk_rope_head_dim")
+        per = (rank + rope) * dtype[0]
+        return LayerSpec("mla", per), (f"latent ({rank} kv_lora_rank + {rope} qk_rope_head_dim) x {dtype[0]} B = "
+                                       f"{per:,} B per token per layer, one latent shared by K and V")
+    per, formula = _attention(cfg, kind == "sliding", dtype, notes)
+    if kind == "sliding":
+        return LayerSpec("sliding_attention", per, _window(cfg)), formula
+    return LayerSpec("full_attention", per), formula
+
+
+def _rows(cfg, kinds, dtype, context, chunk, block, async_scheduling, notes) -> tuple[list[KvLayerRow], KvPool | None]:
+    attention = [k for k in kinds if k in ("full", "sliding", "mla")]
+    states = [k for k in kinds if k not in ("full", "sliding", "mla", "none")]
+    specs, formulas = [], {}
+    for kind in attention:
+        spec, formula = _layer_spec(cfg, kind, dtype, notes)
+        specs.append(spec)
+        formulas[spec] = formula
+    if not states:
+        if not specs:
+            raise _Unreadable("config.json describes no layer that keeps a KV cache")
+        pool = kv_pool(specs, context, chunk, block, async_scheduling)
+        rows = [KvLayerRow(g.kind, g.layers, g.bytes_per_token, g.window,
+                           min(context, g.window) if g.window else context, g.blocks_per_request * g.block_tokens, 0,
+                           g.bytes_per_request, formulas[spec],
+                           g.groups, g.padded_layers, g.block_tokens)
+                for g, spec in zip(pool.groups, dict.fromkeys(specs))]
+        return rows, pool
+    # Recurrent state beside attention: vLLM aligns attention pages to the state page, which the kit does not
+    # model; each layer kind is summed on its own (whole blocks for attention, one state per recurrent layer).
+    notes.append("recurrent layers: vLLM pads attention pages to the recurrent state's page, which the kit does not "
+                 "model; this figure sums each layer kind on its own and vLLM's pool can be larger")
+    rows = []
+    for spec in dict.fromkeys(specs):
+        count = specs.count(spec)
+        sub = kv_pool([spec] * count, context, chunk, block, async_scheduling)
+        (g,) = sub.groups
+        rows.append(KvLayerRow(g.kind, count, g.bytes_per_token, g.window,
+                               min(context, g.window) if g.window else context, g.blocks_per_request * g.block_tokens,
+                               0, sub.request_bytes, formulas[spec], 1, 0, g.block_tokens))
+    for kind in dict.fromkeys(states):
         count = kinds.count(kind)
-        if kind == "mla":
-            rank, rope = _int(cfg, "kv_lora_rank"), _int(cfg, "qk_rope_head_dim")
-            per = (rank + rope) * dtype_bytes
-            formula = (f"latent ({rank} kv_lora_rank + {rope} qk_rope_head_dim) x {dtype_bytes} B = {per:,} B per "
-                       "token per layer, one latent shared by K and V")
-            rows.append(KvLayerRow("mla", count, per, None, context, full_tokens, 0,
-                                   count * per * max(context, full_tokens), formula))
-        elif kind == "full":
-            per, formula = _attention(cfg, False, dtype_bytes, notes)
-            rows.append(KvLayerRow("full_attention", count, per, None, context, full_tokens, 0,
-                                   count * per * max(context, full_tokens), formula))
-        elif kind == "sliding":
-            window = _first_int(cfg, ("sliding_window", "sliding_window_size"))
-            per, formula = _attention(cfg, True, dtype_bytes, notes)
-            bound = min(context, window)
-            # vLLM keeps the last window - 1 tokens plus one prefill chunk, capped at the context, in whole
-            # blocks, plus one block because the window need not start on a block boundary.
-            reserved = (math.ceil(min(window - 1 + chunk, context) / block) + 1) * block
-            rows.append(KvLayerRow("sliding_attention", count, per, window, bound, reserved, 0,
-                                   count * per * max(bound, reserved), formula))
-        else:
-            state, formula = _state(cfg, kind, notes)
-            rows.append(KvLayerRow("linear_attention" if kind == "linear" else "mamba", count, 0, None, 0, 0,
-                                   state, count * state, formula))
-    return rows
+        state, formula = _state(cfg, kind, notes)
+        rows.append(KvLayerRow("linear_attention" if kind == "linear" else "mamba", count, 0, None, 0, 0,
+                               state, count * state, formula))
+    return rows, None
 
 
 def describe_kv(kv: KvEstimate) -> list[str]:
-    """Lines for the terminal: the total, one line per layer kind, then the notes."""
+    """Lines for the terminal: the total, one line per layer kind, the pool arithmetic, then the notes."""
     if kv.bytes is None:
         return [f"KV cache for {kv.context_tokens:,} tokens: UNKNOWN ({kv.unknown_reason})"]
     lines = [f"KV cache for {kv.context_tokens:,} tokens, one sequence, {kv.kv_dtype}: {kv.bytes:,} bytes "
-             f"({kv.bytes / 2**30:,.2f} GiB)"]
+             f"({kv.bytes / 2**30:,.2f} GiB), {kv.accounting}"]
     for r in kv.layers:
         if r.state_bytes:
             lines.append(f"  {r.layers} {r.kind} layers: {r.formula}; {r.bytes:,} B")
-        elif r.window is not None:
-            lines.append(f"  {r.layers} {r.kind} layers (window {r.window:,}): {r.formula}; window bound "
-                         f"{r.bound_tokens:,} tokens, vLLM reserves {r.reserved_tokens:,} (window - 1 + prefill chunk "
-                         f"{kv.prefill_chunk_tokens:,}, whole {kv.block_size}-token blocks + 1); judged on the larger: "
-                         f"{r.bytes:,} B")
-        else:
-            lines.append(f"  {r.layers} {r.kind} layers: {r.formula}; x {max(r.bound_tokens, r.reserved_tokens):,} "
-                         f"tokens = {r.bytes:,} B")
+            continue
+        slots = (f" in {r.groups} group(s)" + (f" + {r.padded_layers} padding layer slot(s)" if r.padded_layers
+                                                else "")) if r.groups else ""
+        in_flight = (2 if kv.async_scheduling else 1) * kv.prefill_chunk_tokens
+        held = (f"window {r.window:,}: keeps window - 1 + {in_flight:,} in-flight tokens" if r.window is not None
+                else "keeps the whole context")
+        lines.append(f"  {r.layers} {r.kind} layers{slots}: {r.formula}; {held}, "
+                     f"{r.reserved_tokens:,} tokens in {r.block_tokens}-token blocks = {r.bytes:,} B")
+    if kv.pool is not None:
+        p = kv.pool
+        lines.append(f"  pool: {p.layers_per_group} layer slots per group x page = {p.bytes_per_block:,} B per block; "
+                     f"{p.blocks_per_request:,} blocks per request = {p.request_bytes:,} B + 1 null block; in flight "
+                     f"{p.in_flight_tokens:,} tokens = max-num-batched-tokens {p.max_num_batched_tokens:,} x "
+                     f"{2 if p.async_scheduling else 1} (async scheduling {'on' if p.async_scheduling else 'off'})")
     return lines + [f"  note: {n}" for n in kv.notes]
-
