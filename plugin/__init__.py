@@ -29,6 +29,7 @@ from .verdicts import phase_verdicts, run_verdict
 __version__ = "0.1.0"
 
 pytest_plugins = [
+    "plugin.blocked_report",
     "plugin.fixtures_machine",
     "plugin.fixtures_plan",
     "plugin.fixtures_custody",

@@ -243,6 +243,23 @@ def test_blocked_session_exits_zero_unless_fail_on_blocked(kit_project):
     assert receipt_of(receipts[1])["phases"]["machine"]["code"] == "NO_DOCKER"
 
 
+def test_a_blocked_report_carries_its_reason_and_origin_not_a_traceback(outcomes_project):
+    # pytest would format (and parse the source of) every frame of the XFailed only for the xfail to hide it.
+    outcomes_project.runpytest("-m", "scan", "--settings", "s.json", "-rx", "--junitxml", "junit.xml")
+    result = outcomes_project.runpytest("-m", "scan", "--settings", "s.json", "-rx")
+    result.assert_outcomes(passed=2, failed=1, skipped=1, xfailed=1)
+    reason = "BLOCKED DISK_FULL: run folder: 0.50 GiB free, the kit needs at least 1.00 GiB"
+    result.stdout.fnmatch_lines([f"XFAIL tests_hw/test_1_outcomes.py::test_is_blocked - {reason}"])
+    folder = sorted((outcomes_project.path / "runs").iterdir())[-1]
+    (row,) = [t for t in report_data(folder)["tests"].values() for t in t if t["result"] == "XFailed"]
+    log = html.unescape(row["log"])
+    assert re.search(r"test_1_outcomes\.py:\d+: " + re.escape(reason), log), log
+    assert "Traceback" not in log and "raise Blocked" not in log  # no source lines quoted
+    junit = (outcomes_project.path / "junit.xml").read_text()
+    assert f'type="pytest.xfail" message="{reason}"' in junit
+    assert receipt_of(folder)["tests"]["tests_hw/test_1_outcomes.py::test_is_blocked"]["code"] == "DISK_FULL"
+
+
 def test_unexpected_exception_in_a_kit_test_is_a_failure_not_a_blocked_xfail(kit_project):
     kit_project.makepyfile(**{"tests_hw/test_1_broken": (
         "import pytest\n"
