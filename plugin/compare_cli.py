@@ -13,7 +13,7 @@ from pathlib import Path
 from . import strict_json
 from .compare import RunEvidence, compare_runs
 from .manifest import ManifestError, load_manifest
-from .receipt import SCHEMA as RECEIPT_SCHEMA
+from .receipt import JOURNAL, SCHEMA as RECEIPT_SCHEMA, apply_journal
 from .report_html import read_settings_values
 
 MAX_RECEIPT_BYTES = 200_000_000
@@ -42,6 +42,10 @@ def load_run(folder: Path) -> RunEvidence:
         raise NotARunFolder(f"{path}: not a readable receipt ({exc})") from None
     if not isinstance(receipt, dict) or receipt.get("schema") != RECEIPT_SCHEMA:
         raise NotARunFolder(f"{path}: field 'schema' must be {RECEIPT_SCHEMA!r} (a receipt the kit wrote)")
+    try:
+        receipt = apply_journal(receipt, folder)  # a session killed before its last whole write journalled the rest
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise NotARunFolder(f"{folder / JOURNAL}: not a readable receipt journal ({exc})") from None
     manifest = None
     if (folder / "manifest.json").is_file():
         try:

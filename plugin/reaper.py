@@ -75,7 +75,7 @@ def _owner_died_reason(owner_pid: str) -> str:
 
 def close_evidence(run_folder: Path, reason: str, end: dict) -> None:
     """CLOSED with the reason in the connection file (if a window was opened) and in the receipt."""
-    from .receipt import now_iso
+    from .receipt import fold_journal, now_iso
     from .rundir import write_json
 
     connection = run_folder / "connection-private.json"
@@ -86,7 +86,7 @@ def close_evidence(run_folder: Path, reason: str, end: dict) -> None:
             write_json(connection, doc)
     receipt_path = run_folder / "receipt.json"
     if receipt_path.exists():
-        receipt = json.loads(receipt_path.read_text())
+        receipt = fold_journal(run_folder)  # what the dead session journalled after its last whole write
         engine = receipt.setdefault("engine", {})
         engine["end"] = {**(engine.get("end") or {}), **end}
         receipt["reaper"] = {"closed": True, "reason": reason, "at": now_iso()}

@@ -36,13 +36,21 @@ class KitSession:
         """A fact line for the terminal and the receipt (one per fact, in the order established)."""
         if line not in self.shown[phase]:
             self.shown[phase].append(line)
-            if self.receipt is not None:
-                self.receipt.set("shown", self.shown)
+            if self.receipt is None:
+                return
+            if "shown" in self.receipt.data:
+                self.receipt.add(["shown", phase], line)  # one journal line, not every line shown so far
+            else:
+                self.receipt.set("shown", {p: list(lines) for p, lines in self.shown.items()})
 
     def table(self, title: str, lines: list[str]) -> None:
         self.tables[title] = lines
-        if self.receipt is not None:
-            self.receipt.set("tables", self.tables)
+        if self.receipt is None:
+            return
+        if "tables" in self.receipt.data:
+            self.receipt.update("tables", **{title: list(lines)})
+        else:
+            self.receipt.set("tables", {t: list(rows) for t, rows in self.tables.items()})
 
 
 KIT_KEY = pytest.StashKey[KitSession]()

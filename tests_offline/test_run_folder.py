@@ -137,13 +137,14 @@ def test_receipt_header_names_schema_kit_commit_command_and_facts(outcomes_proje
 
 
 def test_receipt_is_written_as_outcomes_arrive(kit_project):
-    # The second test reads receipt.json from disk while the session is still running.
+    # The second test reads the receipt from disk (receipt.json and its journal) while the session still runs.
     kit_project.makepyfile(**{"tests_hw/test_1_live": (
         "import json, pytest\n"
+        "from plugin.receipt import read_receipt\n"
         "pytestmark = [pytest.mark.scan, pytest.mark.phase('machine')]\n"
         "def test_first():\n    pass\n"
         "def test_second_sees_the_first(kit):\n"
-        "    on_disk = json.loads((kit.run_folder / 'receipt.json').read_text())\n"
+        "    on_disk = read_receipt(kit.run_folder)\n"
         "    first = [e for n, e in on_disk['tests'].items() if n.endswith('::test_first')]\n"
         "    assert first and first[0]['outcome'] == 'passed'\n"
         "    assert not [n for n in on_disk['tests'] if n.endswith('::test_second_sees_the_first')]\n"
