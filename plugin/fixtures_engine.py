@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from .checkpoint import read_config
-from .engine import Engine, facts_json as boot_json
 from .fixtures_plan import image_or_none
 from .glue import blocked_as_xfail
 from .gpu_lock import LIMITATION as LOCK_LIMITATION, GpuLock
@@ -21,7 +20,6 @@ from .launch import LaunchSpec, build_launch_spec
 from .leftovers import current_owner, describe as describe_leftovers, find_kit_containers, \
     remove_dead_owner_containers
 from .outcomes import Blocked
-from .probe import facts_json as probe_json, run_probe
 from .progress import TerminalProgress
 from .rundir import FOLDER_MODE
 from .towers import has_towers
@@ -132,6 +130,8 @@ def runtime_probe(request_files_checked, approved_plan, live_hardware, launch_sp
 
     Refusals that need no container come first (the arguments resolve in order): a bad request file or a
     definite capacity failure starts nothing, not even this probe."""
+    from .probe import facts_json as probe_json, run_probe  # the docker SDK and requests: for acting sessions only
+
     started = time.monotonic()
     try:
         facts, elapsed = run_probe(kit_docker_client, launch_spec)
@@ -149,6 +149,8 @@ def runtime_probe(request_files_checked, approved_plan, live_hardware, launch_sp
 def engine(request, live_hardware, runtime_probe, manifest, checkpoint_unchanged, launch_spec, settings,
            kit_docker_client, sigterm_guard, kit):
     """The session's engine container, ready on its Unix socket, after custody; always stopped and removed."""
+    from .engine import Engine, facts_json as boot_json  # the docker SDK and psutil: for acting sessions only
+
     eng = Engine(kit_docker_client, launch_spec, kit.run_folder, settings.boot_deadline_s,
                  progress=TerminalProgress(request.config), record=lambda **kv: kit.receipt.update("engine", **kv))
 

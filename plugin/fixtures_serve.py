@@ -6,12 +6,16 @@ fixture's own teardown then stops and removes the container.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from .batch import explain_death
 from .glue import blocked_as_xfail
 from .outcomes import Blocked
-from .serve_window import ServeWindow, WindowClosed, WindowNotReady, ready_line
+
+if TYPE_CHECKING:
+    from .serve_window import ServeWindow, WindowClosed
 
 
 def announce(config, line: str) -> None:
@@ -44,6 +48,9 @@ def _record(kit, window: ServeWindow, closed: WindowClosed | None = None) -> Non
 @pytest.fixture(scope="session")
 def serve_window(pytestconfig, live_hardware, engine, settings, kit):
     """The open serve window (READY); closed at session end if its test did not close it."""
+    # Imported here: the adapter's asyncio and uvloop are for a serve session only, not every session's start.
+    from .serve_window import ServeWindow, WindowNotReady, ready_line
+
     window = ServeWindow(kit.run_folder, str(engine.socket_path), settings.model_id, settings.serve_window_s,
                          engine_state=lambda: None if engine.alive() else engine.state(),
                          upstream_timeout_s=settings.request_timeout_s,

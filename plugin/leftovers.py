@@ -7,8 +7,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from docker.errors import APIError, NotFound
-
 from .launch import (KIT_LABEL, LABEL_OWNER_HOST, LABEL_OWNER_PID, LABEL_OWNER_PIDNS, LABEL_OWNER_START,
                      LABEL_ROLE, LABEL_RUN_ID, Owner)
 
@@ -105,6 +103,8 @@ def find_kit_containers(client, extra_labels: dict | None = None) -> list[dict]:
 def remove_dead_owner_containers(client, extra_labels: dict | None = None) -> list[dict]:
     """Remove kit containers whose owner is dead (stop with a timeout, then remove); the rows of all kit
     containers found, each saying whether it was removed."""
+    from docker.errors import APIError, NotFound  # the docker SDK (and requests) only where a container is acted on
+
     report = []
     for container, row in _scan(client, extra_labels):
         row["removed"] = False
