@@ -1,0 +1,247 @@
+"""A whole `pytest -m scan --settings=...` session against the header scan alone, in the same run, alternating.
+
+For each checkpoint (the 1,000-shard, ~1 TB sparse one of bench_header_scan.py, and a header-only MiMo-V2.6-Flash
+written by examples/make_mimo_checkpoint.py) every round times, in a rotating order, three child processes:
+  * the session: `python -m pytest -m scan --settings=S --out=<new folder>` from the repository root, with this
+    machine's live facts (no GPU here: the machine phase is blocked, as on any GPU-less machine);
+  * the header scan alone: read_checkpoint over the same checkpoint, its CPU taken inside the process around the
+    call (the imports before it are not the scan's);
+  * `python -c "import pytest"`: the interpreter and pytest, which any pytest session pays.
+Each child's CPU (user + system) and peak RSS come from wait4(2). The figure judged is, round by round,
+session CPU / (scan CPU + `import pytest` CPU); its median is quoted. The session also loads a small probe plugin
+(below) that adds up the CPU spent writing evidence: receipt journal lines and whole writes, pytest-html's
+per-test handling and report, the public summary.
+
+Startup is measured apart: `python -c "import plugin, plugin.fixtures_* ..."` (the kit's imports, what every
+session pays before its first test) against `python -c "import pytest"`, alternating.
+
+    python benchmarks/bench_scan_session.py [--rounds 7] [--results FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CACHE = Path(tempfile.gettempdir())
+KIT_MODULES = ("plugin", "plugin.blocked_report", "plugin.fixtures_machine", "plugin.fixtures_plan",
+               "plugin.fixtures_custody", "plugin.fixtures_engine", "plugin.fixtures_requests",
+               "plugin.fixtures_serve", "plugin.fixtures_insight")
+
+# Loaded into the timed session with -p: it wraps the evidence writers and adds up the process CPU spent in them
+# (time.process_time: every thread, user and system). Nested calls are counted once.
+PROBE = '''
+import json, os, time, functools
+_spent = {"receipt": 0.0, "report": 0.0, "summary": 0.0}
+_depth = [0]
+
+def _timed(kind, fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if _depth[0]:
+            return fn(*args, **kwargs)
+        _depth[0] += 1
+        start = time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _spent[kind] += time.process_time() - start
+            _depth[0] -= 1
+    return wrapper
+
+def pytest_configure(config):
+    import plugin, plugin.receipt as receipt, plugin.report_html as report_html
+    from pytest_html import basereport
+    receipt.Receipt._log = _timed("receipt", receipt.Receipt._log)
+    receipt.Receipt.save = _timed("receipt", receipt.Receipt.save)
+    for name in ("pytest_runtest_logreport", "pytest_sessionfinish", "pytest_collectreport",
+                 "pytest_sessionstart", "pytest_terminal_summary"):
+        if hasattr(basereport.BaseReport, name):
+            setattr(basereport.BaseReport, name, _timed("report", getattr(basereport.BaseReport, name)))
+    plugin.write_share_summary = _timed("summary", report_html.write_share_summary)
+    plugin.refresh_environment = _timed("report", report_html.refresh_environment)
+
+def pytest_unconfigure(config):
+    with open(os.environ["ONEGPU_BENCH_PROBE_OUT"], "w") as fh:
+        json.dump({**_spent, "process_cpu_s": time.process_time()}, fh)
+'''
+
+SCAN_ALONE = '''
+import sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from plugin.checkpoint import read_checkpoint
+start = time.process_time()
+facts = read_checkpoint(Path(sys.argv[1]))
+print(time.process_time() - start)
+'''
+
+
+def run_child(argv: list[str], env: dict | None = None) -> dict:
+    """Wall, CPU (user + system) and peak RSS of one child process; its stdout."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - start
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rss_mib": usage.ru_maxrss / 1024,
+            "rc": proc.returncode, "out": out.decode(errors="replace")}
+
+
+def thousand_shards() -> Path:
+    """bench_header_scan.py's cached 1,000-shard checkpoint, built in a child process: this process stays small,
+    because a child's peak RSS as wait4(2) reports it is never below its parent's RSS at the fork."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; import bench_header_scan as b; "
+            "print(b.build(Path(sys.argv[2]), 61, 384, 1000))")
+    out = subprocess.run([sys.executable, "-c", code, str(REPO / "benchmarks"),
+                          str(CACHE / "onegpu-bench-header-61x384-1000-pt")], check=True, capture_output=True, text=True)
+    return Path(out.stdout.strip())
+
+
+def mimo_flash() -> Path:
+    folder = CACHE / "onegpu-bench-session-mimo-flash"
+    if not (folder / "model.safetensors.index.json").exists():
+        subprocess.run([sys.executable, str(REPO / "examples/make_mimo_checkpoint.py"), "--out", str(folder)],
+                       check=True, capture_output=True)
+    return folder
+
+
+def settings_for(root: Path, work: Path) -> Path:
+    """The demo settings (MiMo-V2.6-Flash template) pointed at `root`."""
+    settings = json.loads((REPO / "examples/demo-settings.json").read_text())
+    settings["model_path"] = str(root)
+    path = work / f"{root.parent.name}-{root.name}.settings.json"
+    path.write_text(json.dumps(settings, indent=2))
+    return path
+
+
+def tensor_count(root: Path) -> int:
+    return len(json.loads((root / "model.safetensors.index.json").read_text())["weight_map"])
+
+
+def measure(root: Path, rounds: int, work: Path) -> dict:
+    settings = settings_for(root, work)
+    probe_dir = work / "probe"
+    probe_dir.mkdir(exist_ok=True)
+    (probe_dir / "onegpu_bench_probe.py").write_text(PROBE)
+    env = {**os.environ, "PYTHONPATH": f"{probe_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    rows = {"session": [], "scan": [], "import_pytest": []}
+    shares = []
+
+    def session(n: int) -> dict:
+        out = work / f"run-{root.name}-{n}"
+        probe_out = work / f"probe-{n}.json"
+        result = run_child([sys.executable, "-m", "pytest", "-m", "scan", f"--settings={settings}", f"--out={out}",
+                            "-p", "onegpu_bench_probe", "-q"], {**env, "ONEGPU_BENCH_PROBE_OUT": str(probe_out)})
+        if result["rc"] not in (0, 1) or not (out / "receipt.json").is_file():
+            raise SystemExit(f"the scan session failed (exit {result['rc']}):\n{result['out'][-3000:]}")
+        result["probe"] = json.loads(probe_out.read_text())
+        shutil.rmtree(out)
+        return result
+
+    def scan(_n: int) -> dict:
+        result = run_child([sys.executable, "-c", SCAN_ALONE, str(root), str(REPO)])
+        result["cpu_in_process_s"] = float(result["out"].strip().splitlines()[-1])
+        return result
+
+    def import_pytest(_n: int) -> dict:
+        return run_child([sys.executable, "-c", "import pytest"])
+
+    figures = {"session": session, "scan": scan, "import_pytest": import_pytest}
+    names = list(figures)
+    for name in names:
+        figures[name](-1)  # warm-up: page cache, compiled files
+    for n in range(rounds):
+        order = names[n % 3:] + names[:n % 3]
+        for name in order:
+            rows[name].append(figures[name](n))
+        probe = rows["session"][-1]["probe"]
+        shares.append(probe)
+    ratios = [s["cpu_s"] / (c["cpu_in_process_s"] + i["cpu_s"])
+              for s, c, i in zip(rows["session"], rows["scan"], rows["import_pytest"])]
+    evidence = [(p["receipt"] + p["report"] + p["summary"]) / p["process_cpu_s"] for p in shares]
+    return {"rows": rows, "ratios": ratios, "evidence_share": evidence, "probes": shares}
+
+
+def measure_startup(rounds: int) -> dict:
+    kit = run_child([sys.executable, "-c", "import " + ", ".join(KIT_MODULES)])  # warm-up
+    bare = run_child([sys.executable, "-c", "import pytest"])
+    kit_rows, bare_rows = [], []
+    for n in range(rounds):
+        pair = [("kit", [sys.executable, "-c", "import " + ", ".join(KIT_MODULES)]),
+                ("bare", [sys.executable, "-c", "import pytest"])]
+        for name, argv in pair if n % 2 == 0 else pair[::-1]:
+            (kit_rows if name == "kit" else bare_rows).append(run_child(argv))
+    del kit, bare
+    return {"kit": kit_rows, "bare": bare_rows,
+            "ratios": [k["cpu_s"] / b["cpu_s"] for k, b in zip(kit_rows, bare_rows)]}
+
+
+def _med(rows: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def machine() -> str:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor() or "unknown CPU")
+    return (f"{model}, {os.cpu_count()} CPUs visible, Python {platform.python_version()}, "
+            f"{platform.system()} {platform.release()}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--results", type=Path, help="write the markdown section to this file")
+    args = parser.parse_args()
+    thousand = thousand_shards()
+    checkpoints = [("1,000 shards, 61 layers x 384 experts (~1 TB sparse)", thousand),
+                   ("MiMo-V2.6-Flash, header-only", mimo_flash())]
+    load_before = os.getloadavg()[0]
+    lines = [f"### Scan session against the header scan alone ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
+             f"* Machine: {machine()}; load average before the run {load_before:.2f}",
+             f"* Command: `python benchmarks/bench_scan_session.py --rounds {args.rounds}`",
+             "* Every figure below is a median over the rounds; the ratio is taken round by round (same moment).",
+             "", "| checkpoint | tensors | session CPU s | scan alone CPU s | `import pytest` CPU s | "
+                 "session / (scan + import) | session peak RSS MiB | scan alone peak RSS MiB | evidence writing, "
+                 "share of session CPU |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    with tempfile.TemporaryDirectory(prefix="onegpu-bench-session-") as tmp:
+        for label, root in checkpoints:
+            got = measure(root, args.rounds, Path(tmp))
+            rows = got["rows"]
+            lines.append(
+                f"| {label} | {tensor_count(root):,} | {_med(rows['session'], 'cpu_s'):.2f} | "
+                f"{_med(rows['scan'], 'cpu_in_process_s'):.2f} | {_med(rows['import_pytest'], 'cpu_s'):.2f} | "
+                f"**{statistics.median(got['ratios']):.2f}** ({min(got['ratios']):.2f}-{max(got['ratios']):.2f}) | "
+                f"{_med(rows['session'], 'rss_mib'):.0f} | {_med(rows['scan'], 'rss_mib'):.0f} | "
+                f"{statistics.median(got['evidence_share']):.1%} (receipt "
+                f"{statistics.median(p['receipt'] for p in got['probes']):.3f} s, report "
+                f"{statistics.median(p['report'] for p in got['probes']):.3f} s, summary "
+                f"{statistics.median(p['summary'] for p in got['probes']):.3f} s) |")
+            print(lines[-1], flush=True)
+    startup = measure_startup(args.rounds)
+    lines += ["", f"* Startup: the kit's imports (`python -c \"import {', '.join(KIT_MODULES)}\"`) "
+                  f"{_med(startup['kit'], 'cpu_s'):.3f} s CPU against `import pytest` "
+                  f"{_med(startup['bare'], 'cpu_s'):.3f} s, ratio {statistics.median(startup['ratios']):.2f} "
+                  f"(median of {args.rounds} alternating pairs); peak RSS {_med(startup['kit'], 'rss_mib'):.0f} "
+                  f"against {_med(startup['bare'], 'rss_mib'):.0f} MiB",
+              f"* Load average after the run: {os.getloadavg()[0]:.2f}"]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.results:
+        args.results.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
