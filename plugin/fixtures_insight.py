@@ -290,7 +290,7 @@ def proposal(pytestconfig, hardware, kit) -> dict:
     path = write_json(kit.run_folder / PROPOSAL_FILE, doc)
     kit.table(PROPOSAL_TITLE, propose_mod.proposal_table(result))
     kit.receipt.set("proposal", {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                                 **{k: doc[k] for k in ("proposed", "settings", "alternative", "derivation",
+                                 **{k: doc[k] for k in ("proposed", "settings", "alternatives", "derivation",
                                                         "blockers", "unknown", "warnings", "reserve")}})
     for text in [*result.unknown, *result.warnings,
                  *(f"consistency {r.check}: {r.message}" for r in rows if r.status == "warning")]:

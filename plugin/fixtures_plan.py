@@ -13,6 +13,7 @@ from .image import describe_image, resolve_local_image
 from .jsonable import to_json
 from .kvcache import kv_cache_estimate
 from .machine_checks import require_docker, select_gpu
+from .offload import rules_json
 from .outcomes import Blocked
 from .plan import SYNTHETIC_LINE, PlanFileError, load_plan, plan_bytes, plan_digest, plan_document, \
     require_same_plan
@@ -110,6 +111,7 @@ def capacity(settings, hardware, checkpoint, kv_estimate, calibration, kit):
                                  _run_disk_free(hardware, kit), gpu_missing_reason=why, calibration=calibration)
     kit.table(TABLE_TITLE, capacity_table(verdicts))
     kit.receipt.set("capacity", [v.as_json() for v in verdicts])
+    kit.receipt.set("capacity_accounting", rules_json())  # the vLLM version read and each rule's source
     return verdicts
 
 

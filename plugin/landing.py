@@ -6,6 +6,11 @@ Projection, from the plan's capacity rows: GPU-resident weights = header bytes -
 0.85 target the engine takes; host available at least = available at scan - the container RAM cap.
 Measured: "Model loading took X GiB", the KV pool lines, NVML free/used, psutil available. What was not
 measured (no NVML reading, as on a machine without the NVIDIA driver) is "not measured", never invented.
+
+Offload figures are compared like with like (vLLM 0.33 accounting, plugin.offload RULES["logged"]): the engine's
+"Total CPU offloaded parameters: N" is logical GiB (numel x element_size, two decimals), so it meets the plan's
+logical offload, never the pinned figure; the pinned figure meets the container's measured memory, of which it is
+a lower bound. With exact pinning that comparison is what confirms the plan's figure.
 """
 from __future__ import annotations
 
@@ -31,6 +36,11 @@ class Projection:
     container_ram_cap_bytes: int | None
     host_available_min_bytes: int | None
     reserve_source: str | None  # "ASSUMED", "settings" or "CALIBRATED FROM <run>"
+    offloaded_logical_bytes: int | None = None  # what the engine's "Total CPU offloaded parameters" should say
+    pinned_bytes: int | None = None  # host bytes pinned for the offload, under the settings' pinning
+    pinned_rounded_bytes: int | None = None
+    pinned_exact_bytes: int | None = None
+    pinning: str | None = None  # "rounded" | "exact"
 
 
 def projection_from_plan(capacity_rows: list[dict]) -> Projection:
@@ -50,7 +60,12 @@ def projection_from_plan(capacity_rows: list[dict]) -> Projection:
     if gb:
         source = f"CALIBRATED FROM {gb['reserve_calibrated_from']}" if gb.get("reserve_calibrated_from") else \
             ("ASSUMED" if gb.get("reserve_assumed") else "settings")
+    plan = n.get("offload_plan", {})
+    pinned = n.get("host_offload", {})
     return Projection(
+        offloaded_logical_bytes=plan.get("offloaded_bytes"), pinned_bytes=pinned.get("pinned_bytes"),
+        pinned_rounded_bytes=pinned.get("pinned_rounded_bytes"), pinned_exact_bytes=pinned.get("pinned_exact_bytes"),
+        pinning=pinned.get("pinning"),
         weights_gpu_bytes=resident, kv_pool_bytes=pool, kv_bytes_per_token=per_token, kv_pool_tokens=tokens,
         gpu_free_at_scan_bytes=free, gpu_target_bytes=target,
         gpu_free_after_bytes=free - target if free is not None and target is not None else None,
@@ -100,6 +115,17 @@ def landing_record(projection: Projection, boot: dict | None, sample: dict | Non
              None if host is not None else "no host reading at READY"),
     ]
     errors[-1]["projected_is_lower_bound"] = True
+    if projection.offloaded_logical_bytes:
+        # two decimals of GiB in the log: a difference under 0.005 GiB is the log's rounding, not a prediction error
+        logged = boot.get("cpu_offload_gib")
+        offload = round(logged * GIB) if isinstance(logged, (int, float)) else None
+        errors.append(_row("CPU-offloaded parameters", "bytes", projection.offloaded_logical_bytes, offload,
+                           None if offload is not None else log_why))
+        errors[-1]["logical"] = True
+        container = (sample or {}).get("container_memory_bytes")
+        errors.append(_row("container memory", "bytes", projection.pinned_bytes, container,
+                           None if container is not None else "no container memory reading at READY"))
+        errors[-1]["projected_is_lower_bound"] = True
     free = gpu.get("gpu_free_bytes")
     floor = {"bytes": floor_bytes, "assumed": floor_assumed, "status": "not checked", "margin_bytes": None}
     warnings = []
@@ -118,12 +144,41 @@ def landing_record(projection: Projection, boot: dict | None, sample: dict | Non
     if host is not None and headroom_bytes is not None and host < headroom_bytes:
         warnings.append(f"host available RAM at READY {gib(host)} is under the host headroom {gib(headroom_bytes)} "
                         "the settings keep for the host")
-    return {"measured": {"weights_gpu_bytes": load, "kv_pool_bytes": pool, "kv_pool_tokens": tokens,
+    pinning = _pinning_record(projection, (sample or {}).get("container_memory_bytes"))
+    if pinning.get("status") == "NOT CONFIRMED":
+        warnings.append(f"exact pinning NOT CONFIRMED: the container holds {gib(pinning['measured_container_bytes'])} "
+                        f"at READY, at least the rounded figure {gib(projection.pinned_rounded_bytes)}: the engine "
+                        "pinned with rounding; count the rounded figure")
+    return {"pinning": pinning,
+            "measured": {"weights_gpu_bytes": load, "kv_pool_bytes": pool, "kv_pool_tokens": tokens,
                          "host_available_bytes": host,
                          "container_memory_bytes": (sample or {}).get("container_memory_bytes"),
                          "gpu_not_measured": gpu_why, **gpu},
             "projected": asdict(projection), "errors": errors, "floor": floor, "warnings": warnings,
             "at_ready": sample}
+
+
+def _pinning_record(projection: Projection, container: int | None) -> dict:
+    """Whether the container's memory at READY confirms the plan's pinned figure.
+
+    Pinned pages belong to the container, so its memory is at least what was pinned. Exact pinning is confirmed
+    when the container holds the exact figure but less than the rounded one (the rounding would have pinned at
+    least that); it is NOT CONFIRMED when the container holds the rounded figure or more."""
+    record = {"mode": projection.pinning, "pinned_bytes": projection.pinned_bytes,
+              "pinned_rounded_bytes": projection.pinned_rounded_bytes,
+              "pinned_exact_bytes": projection.pinned_exact_bytes, "measured_container_bytes": container}
+    if not projection.pinned_bytes:
+        return {**record, "status": "nothing pinned" if projection.pinned_bytes == 0 else "not projected"}
+    if container is None:
+        return {**record, "status": "not measured"}
+    if projection.pinning != "exact":
+        return {**record, "status": "rounded (vLLM's default)"}
+    exact, rounded = projection.pinned_exact_bytes or 0, projection.pinned_rounded_bytes or 0
+    if rounded > exact and container >= rounded:
+        return {**record, "status": "NOT CONFIRMED"}
+    if exact <= container < rounded:
+        return {**record, "status": "confirmed"}
+    return {**record, "status": "not decided (the rounded and exact figures do not differ enough here)"}
 
 
 def _value(row: dict, value) -> str:
@@ -141,6 +196,10 @@ def _error(row: dict) -> str:
     return f": prediction error {sign}{amount}{pct}"
 
 
+_KIND = {"CPU-offloaded parameters": " (logical bytes, as the engine's 'Total CPU offloaded parameters' counts them)",
+         "container memory": " (the pinned offload is its lower bound)"}
+
+
 def landing_lines(record: dict) -> list[str]:
     """Fact lines: one per quantity (measured vs projected, or not measured and why), then the floor."""
     lines = []
@@ -149,11 +208,16 @@ def landing_lines(record: dict) -> list[str]:
             continue  # the tokens row says it; bytes stay in the receipt
         bound = "at least " if row.get("projected_is_lower_bound") else ""
         projected = f"projected {bound}{_value(row, row['projected'])}"
+        what = row["quantity"] + _KIND.get(row["quantity"], "")
         if row["measured"] is None:
-            lines.append(f"landing {row['quantity']}: not measured ({row['why']}); {projected}")
+            lines.append(f"landing {what}: not measured ({row['why']}); {projected}")
         else:
-            lines.append(f"landing {row['quantity']}: measured {_value(row, row['measured'])} vs {projected}"
-                         f"{_error(row)}")
+            lines.append(f"landing {what}: measured {_value(row, row['measured'])} vs {projected}{_error(row)}")
+    pinning = record.get("pinning") or {}
+    if pinning.get("mode") == "exact" and pinning.get("pinned_bytes"):
+        lines.append(f"landing exact pinning: {pinning['status']} (pinned exact "
+                     f"{gib(pinning.get('pinned_exact_bytes'))}, rounded {gib(pinning.get('pinned_rounded_bytes'))}, "
+                     f"container memory at READY {gib(pinning.get('measured_container_bytes'))})")
     f = record["floor"]
     floor = f"{gib(f['bytes'])}{' ASSUMED' if f['assumed'] else ' (settings)'}"
     if f["status"] == "not checked":

@@ -3,8 +3,10 @@
 
 A proposal is never settings: its file has its own schema, so `--settings settings-proposed.json` is refused,
 and its "settings" object lacks the deadlines the operator must choose. The rules are the capacity code's own
-(plugin.capacity): vLLM's offloader moves decoder-layer weights only, so embeddings/head and draft layers stay
-on the GPU; the proposed settings are checked by running those very verdicts on them.
+(plugin.capacity, plugin.offload, vLLM 0.33 accounting): vLLM's offloader moves decoder-layer weights only, so
+embeddings/head stay on the GPU; the RAM cap holds what vLLM pins for the offload, not the budget; the proposed
+settings are checked by running those very verdicts on them. Exact pinning and selective expert offload are shown
+beside the proposal as alternatives: choices to measure, never results.
 """
 from __future__ import annotations
 
@@ -14,8 +16,8 @@ from types import SimpleNamespace
 
 from . import strict_json
 from .shown import as_json
-from .capacity import (CONTAINER_OWN_NEEDS_BYTES, GPU_UTILIZATION, capacity_verdicts, engine_parameters,
-                       offload_order, pinned_pow2_bytes)
+from .capacity import CONTAINER_OWN_NEEDS_BYTES, GPU_UTILIZATION, UNCONFIRMED, capacity_verdicts, kit_plan
+from .offload import ACCOUNTING, RULES, engine_layout, where_lines
 from .outcomes import Blocked, gib
 from .settings import ASSUMED_DEFAULTS, OWN_FIELDS, SettingsError, check_field
 
@@ -102,7 +104,7 @@ def load_request(raw: bytes, path: str, sha256: str) -> ProposalRequest:
 class Proposal:
     proposed: bool  # False: no budget can work (blockers) or the facts do not allow a number (unknown)
     settings: dict | None
-    alternative: dict | None
+    alternatives: list[dict]  # exact pinning, selective expert offload: choices to measure beside the proposal
     rows: list[tuple[str, str, str]]  # (quantity, value, derivation)
     blockers: list[dict]  # {check, code, message, numbers}
     unknown: list[str]
@@ -162,54 +164,64 @@ def propose(req: ProposalRequest, gpu, gpu_missing_reason: str | None, host, ckp
     reserve_gib, reserve_text, reserve = _reserve(req, calibration)
     rows: list[tuple[str, str, str]] = []
     if gpu is None:
-        return Proposal(False, None, None, rows, [{"check": "gpu", "code": _code(gpu_missing_reason), "numbers": {},
+        return Proposal(False, None, [], rows, [{"check": "gpu", "code": _code(gpu_missing_reason), "numbers": {},
                         "message": f"no GPU is selected ({gpu_missing_reason}): the GPU side cannot be sized"}],
                         [], [], reserve)
     if kv.bytes is None:
-        return Proposal(False, None, None, rows, [], [f"the KV cache for {kv.context_tokens:,} tokens is not "
+        return Proposal(False, None, [], rows, [], [f"the KV cache for {kv.context_tokens:,} tokens is not "
                         f"estimated ({kv.unknown_reason}): no budget is proposed without it"], [], reserve)
-    weights, offloadable = ckpt.weight_bytes, sum(t.nbytes for t in offload_order(ckpt.tensors))
+    layout = engine_layout(ckpt)  # one pass over the tensors; every plan below reuses it
+    everything = kit_plan(ckpt, 2**62, layout=layout)  # every parameter the offloader is offered
+    weights, offloadable = everything.loaded_bytes, everything.offerable_bytes
     stays = weights - offloadable
     target = int(gpu.total_bytes * GPU_UTILIZATION)
     reserve_bytes = round(reserve_gib * GIB)
     budget = target - reserve_bytes
     need = weights + kv.bytes - budget
+    skipped = everything.not_loaded_bytes
     rows += [("GPU target", gib(target),
               f"{GPU_UTILIZATION} x GPU {gpu.index} {gpu.name} total {gib(gpu.total_bytes)}"),
              ("non-weight reserve", gib(reserve_bytes), reserve_text),
              ("GPU budget (weights + KV)", gib(budget), f"target {gib(target)} - reserve {gib(reserve_bytes)}"),
-             ("weights (headers)", gib(weights), f"decoder layers {gib(offloadable)} (offloadable) + embeddings/head, "
-                                                 f"draft and other non-layer tensors {gib(stays)} (stay on the GPU)"),
+             ("weights the engine loads", gib(weights),
+              f"decoder layers {gib(offloadable)} (offloadable) + embeddings/head and other non-layer tensors "
+              f"{gib(stays)} (stay on the GPU)" + (f"; header bytes {gib(ckpt.weight_bytes)} of which "
+                                                   f"{gib(skipped)} (draft layers, left-out towers) are not loaded"
+                                                   if skipped else "")),
              ("KV cache", gib(kv.bytes), kv_inputs(req, kv))]
     if need <= 0:
         offload_gib = 0
         why = f"weights {gib(weights)} + KV {gib(kv.bytes)} fit the budget with {gib(-need)} to spare: no offload"
     elif need <= offloadable:
-        offload_gib = _ceil_gib(need)
+        offload_gib, before, moved = _smallest_budget(everything.offloaded, need)
         why = (f"weights {gib(weights)} + KV {gib(kv.bytes)} - budget {gib(budget)} = {gib(need)} must leave the GPU; "
-               "rounded up to whole GiB")
+               f"the engine moves whole parameters in its order until the budget is crossed, so the first {moved} "
+               f"reach it, and any budget above the {gib(before)} before the last of them moves them all: the "
+               f"smallest whole GiB above it ({RULES['budget'].short()})")
     else:
         offload_gib = _ceil_gib(offloadable)
         why = (f"{gib(need)} must leave the GPU but only the {gib(offloadable)} of decoder-layer weights can "
-               f"(embeddings/head and draft layers stay): short by {gib(need - offloadable)}")
-    offloaded = min(offload_gib * GIB, offloadable)
+               f"(embeddings/head stay): short by {gib(need - offloadable)}")
+    plan = kit_plan(ckpt, offload_gib * GIB, layout=layout)
+    offloaded = plan.offloaded_bytes
     rows += [("cpu_offload_gib", f"{offload_gib} GiB", why),
              ("GPU left after", gib(budget - (weights - offloaded) - kv.bytes),
               f"budget - (weights - offloaded {gib(offloaded)}) - KV")]
-    cap_gib = _ceil_gib(offloaded + CONTAINER_OWN_NEEDS_BYTES)
-    rows.append(("container_ram_gib", f"{cap_gib} GiB", f"offloaded {gib(offloaded)} + "
-                 f"{gib(CONTAINER_OWN_NEEDS_BYTES)} ASSUMED for the container's own needs, rounded up to whole GiB"))
-    alternative = None
     if offload_gib:
-        _, pinned, count = pinned_pow2_bytes([b for _, b in engine_parameters(ckpt.tensors)], offload_gib * GIB)
-        alt_gib = _ceil_gib(pinned + CONTAINER_OWN_NEEDS_BYTES)
-        alternative = {"container_ram_gib": alt_gib, "pinned_bytes": pinned, "parameters": count,
-                       "why": f"if vLLM's offloader pins each of the {count} offloaded parameters in a power-of-two "
-                              f"buffer (reported with MXFP4 experts): {gib(pinned)} pinned + own needs"}
-        rows.append(("container_ram_gib (pow2 risk)", f"{alt_gib} GiB", alternative["why"] + ", rounded up"))
+        rows.append(("engine offload", gib(offloaded), f"{ACCOUNTING}: whole parameters in the engine's order until "
+                     f"the budget is crossed; {where_lines(plan)}"))
+    cap_gib = _ceil_gib(plan.peak_bytes + CONTAINER_OWN_NEEDS_BYTES)
+    pinned_why = (f"{len(plan.offloaded)} parameters pinned by vLLM's default pinning, each rounded up to a power of "
+                  f"two: {gib(plan.pinned_bytes)}; peak while offloading {gib(plan.peak_bytes)}" if offload_gib
+                  else "nothing offloaded, nothing pinned")
+    rows.append(("container_ram_gib", f"{cap_gib} GiB", f"{pinned_why} + {gib(CONTAINER_OWN_NEEDS_BYTES)} ASSUMED "
+                 f"for the container's own needs, rounded up to whole GiB (rule: {RULES['pinned'].cite()})"))
+    alternatives = _alternatives(ckpt, offload_gib, everything, budget, kv.bytes, layout) if offload_gib else []
+    for alt in alternatives:
+        rows.append((f"container_ram_gib ({alt['name']})", f"{alt['container_ram_gib']} GiB", alt["why"]))
     headroom_gib, headroom_why = _headroom_gib(host)
     rows.append(("host_headroom_gib", f"{headroom_gib} GiB", headroom_why))
-    rows += _host_rows(host, cap_gib, headroom_gib, alternative)
+    rows += _host_rows(host, cap_gib, headroom_gib, alternatives)
     free_after, warnings = gpu.free_bytes - target, []
     floor_gib = req.free_floor_gib if req.free_floor_gib is not None else float(ASSUMED_DEFAULTS["free_floor_gib"][0])
     floor = f"floor {floor_gib:g} GiB{' ASSUMED' if req.free_floor_gib is None else ''}"
@@ -240,13 +252,13 @@ def propose(req: ProposalRequest, gpu, gpu_missing_reason: str | None, host, ckp
         blockers.insert(0, {"check": "offload", "code": "INSUFFICIENT_VRAM" if stays > budget else "KV_DOES_NOT_FIT",
                             "numbers": {"short_bytes": need - offloadable, "stays_on_gpu_bytes": stays,
                                         "kv_bytes": kv.bytes, "gpu_budget_bytes": budget},
-                            "message": f"no CPU-offload budget can work: what must stay on the GPU (embeddings/head, "
-                                       f"draft and other non-layer tensors {gib(stays)}) + KV {gib(kv.bytes)} = "
+                            "message": f"no CPU-offload budget can work: what must stay on the GPU (embeddings/head "
+                                       f"and other non-layer tensors {gib(stays)}) + KV {gib(kv.bytes)} = "
                                        f"{gib(stays + kv.bytes)} exceeds the GPU budget {gib(budget)} by "
                                        f"{gib(need - offloadable)}"})
     ok = not blockers
-    return Proposal(ok, settings if ok else None, alternative if ok else None, rows, blockers, unknown, check, reserve,
-                    warnings)
+    # the alternatives stay when the proposal is blocked: exact pinning may be what a short host needs to measure
+    return Proposal(ok, settings if ok else None, alternatives, rows, blockers, unknown, check, reserve, warnings)
 
 
 def _code(reason: str | None) -> str | None:
@@ -256,11 +268,51 @@ def _code(reason: str | None) -> str | None:
     return None
 
 
-def _host_rows(host, cap_gib: int, headroom_gib: int, alternative: dict | None) -> list[tuple[str, str, str]]:
+def _smallest_budget(params, need: int) -> tuple[int, int, int]:
+    """(smallest whole-GiB budget that makes the engine move at least `need` bytes, the bytes moved before the
+    parameter that reaches `need`, how many parameters that is). uva.py moves a parameter while its running total
+    is below the budget, so any budget above the total before that parameter moves it."""
+    before = 0
+    for count, p in enumerate(params, 1):
+        if before + p.nbytes >= need:
+            return before // GIB + 1, before, count
+        before += p.nbytes
+    return _ceil_gib(before), before, len(params)
+
+
+def _alternatives(ckpt, offload_gib: int, everything, gpu_budget: int, kv_bytes: int, layout) -> list[dict]:
+    """Exact pinning and selective expert offload for the same budget: choices to measure, never results."""
+    own = CONTAINER_OWN_NEEDS_BYTES
+    exact = kit_plan(ckpt, offload_gib * GIB, "exact", layout=layout)
+    out = [{"name": "exact pinning", "settings": {"offload_pinning": "exact",
+                                                  "container_ram_gib": _ceil_gib(exact.peak_bytes + own)},
+            "container_ram_gib": _ceil_gib(exact.peak_bytes + own), "pinned_bytes": exact.pinned_bytes,
+            "peak_bytes": exact.peak_bytes, "parameters": len(exact.offloaded), "confirmed": False,
+            "why": f"offload_pinning \"exact\" (VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1): the same "
+                   f"{len(exact.offloaded)} parameters pinned at their own size = {gib(exact.pinned_bytes)}, peak "
+                   f"{gib(exact.peak_bytes)}, + {gib(own)} ASSUMED own needs, rounded up; {UNCONFIRMED}"}]
+    names = sorted({p.local.rsplit(".", 1)[-1] for p in everything.offloaded if ".experts." in f".{p.local}"})
+    if names:
+        sel = kit_plan(ckpt, offload_gib * GIB, "rounded", selected=tuple(names), layout=layout)
+        left = gpu_budget - sel.gpu_resident_bytes - kv_bytes
+        out.append({"name": "selective expert offload", "engine_args": ["--cpu-offload-params", *names],
+                    "container_ram_gib": _ceil_gib(sel.peak_bytes + own), "pinned_bytes": sel.pinned_bytes,
+                    "peak_bytes": sel.peak_bytes, "parameters": len(sel.offloaded),
+                    "offloaded_bytes": sel.offloaded_bytes, "gpu_left_bytes": left, "confirmed": False,
+                    "why": f"A CHOICE TO MEASURE, NOT A FASTER RESULT: --cpu-offload-params {' '.join(names)} keeps "
+                           f"the budget but offers only the experts' parameters ({RULES['selective'].cite()}): "
+                           f"{where_lines(sel)}; every attention and dense weight stays on the GPU; "
+                           f"{len(sel.offloaded)} parameters pinned, rounded = {gib(sel.pinned_bytes)}, peak "
+                           f"{gib(sel.peak_bytes)} + {gib(own)} ASSUMED own needs; GPU left after "
+                           f"{gib(left)}; the kit's settings cannot ask for it: it is not in the launch"})
+    return out
+
+
+def _host_rows(host, cap_gib: int, headroom_gib: int, alternatives: list[dict]) -> list[tuple[str, str, str]]:
     avail = host.ram_available_bytes
     rows = []
-    for label, cap in (("host need", cap_gib), ("host need (pow2 risk)", alternative and
-                                                alternative["container_ram_gib"])):
+    for label, cap in (("host need", cap_gib), *((f"host need ({a['name']})", a["container_ram_gib"])
+                                                  for a in alternatives)):
         if not cap:
             continue
         need = (cap + headroom_gib) * GIB
@@ -287,9 +339,7 @@ def proposal_table(p: Proposal) -> list[str]:
     if p.proposed:
         s = p.settings
         lines.append(f"PROPOSED (copy into your settings): cpu_offload_gib {s['cpu_offload_gib']}, container_ram_gib "
-                     f"{s['container_ram_gib']}, host_headroom_gib {s['host_headroom_gib']}"
-                     + (f" (pow2 risk alternative: container_ram_gib {p.alternative['container_ram_gib']})"
-                        if p.alternative else ""))
+                     f"{s['container_ram_gib']}, host_headroom_gib {s['host_headroom_gib']}" + _alternatives_text(p))
     return lines
 
 
@@ -297,7 +347,7 @@ def proposal_document(p: Proposal, req: ProposalRequest, created_at: str, hardwa
                       checkpoint: dict, consistency: list[dict]) -> dict:
     """settings-proposed.json: the proposal, never settings (its own schema)."""
     return {"schema": PROPOSAL_SCHEMA, "not_settings": NOT_SETTINGS, "created_at": created_at, "proposed": p.proposed,
-            "settings": p.settings, "alternative": p.alternative,
+            "settings": p.settings, "alternatives": p.alternatives, "accounting": ACCOUNTING,
             "derivation": [{"quantity": q, "value": v, "derivation": d} for q, v, d in p.rows],
             "blockers": p.blockers, "unknown": p.unknown, "warnings": p.warnings,
             "check": [v.as_json() for v in p.check],
@@ -306,20 +356,27 @@ def proposal_document(p: Proposal, req: ProposalRequest, created_at: str, hardwa
             "hardware": hardware, "image": image, "checkpoint": checkpoint, "consistency": consistency}
 
 
+def _alternatives_text(p: Proposal) -> str:
+    if not p.alternatives:
+        return ""
+    return " (alternatives to measure, not results: " + "; ".join(
+        f"{a['name']}: container_ram_gib {a['container_ram_gib']}" for a in p.alternatives) + ")"
+
+
 def outcome_lines(p: Proposal, path) -> list[str]:
     """Fact lines of a proposal; raises Blocked (the first blocker's code) when no budget can work."""
     if p.blockers:
         first = p.blockers[0]
         raise Blocked(first["code"] or "INSUFFICIENT_VRAM",
                       "no budget can work: " + "; ".join(f"{b['check']}: {b['message']}" for b in p.blockers)
-                      + f" (the derivation is in {path})", {**first["numbers"], "blockers": len(p.blockers)})
+                      + _alternatives_text(p) + f" (the derivation is in {path})",
+                      {**first["numbers"], "blockers": len(p.blockers)})
     if not p.proposed:
         return [f"no budget proposed: {u}" for u in p.unknown] + [f"derivation written: {path}"]
     s = p.settings
     lines = [f"proposed: cpu_offload_gib {s['cpu_offload_gib']}, container_ram_gib {s['container_ram_gib']}, "
              f"host_headroom_gib {s['host_headroom_gib']} -> {path} (a proposal: copy it into your settings; nothing "
              "runs from it)"]
-    if p.alternative:
-        lines.append(f"  pinned power-of-two risk: container_ram_gib {p.alternative['container_ram_gib']} "
-                     f"({p.alternative['why']})")
+    lines += [f"  alternative, {a['name']}: container_ram_gib {a['container_ram_gib']} ({a['why']})"
+              for a in p.alternatives]
     return lines + [f"  UNKNOWN: {u}" for u in p.unknown] + [f"  WARNING: {w}" for w in p.warnings]

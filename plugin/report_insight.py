@@ -111,13 +111,13 @@ def calibration(receipt: dict) -> str:
 
 
 def proposal(receipt: dict) -> str:
-    """settings-proposed.json: the proposed budgets, the pinned power-of-two alternative, every derivation."""
+    """settings-proposed.json: the proposed budgets, the alternatives to measure, every derivation."""
     title = "Proposed settings (a proposal: nothing runs from it)"
     p = receipt.get("proposal")
     if not p:
         return _missing(receipt, "proposal", title, "--propose", "REQUEST_JSON", "a request names the checkpoint, "
                         "image, model ID, revision and context; the kit then proposes the budgets")
-    settings, alt, reserve = p.get("settings") or {}, p.get("alternative"), p.get("reserve") or {}
+    settings, alts, reserve = p.get("settings") or {}, p.get("alternatives") or [], p.get("reserve") or {}
     state = ("yes: copy the values below into your settings" if p.get("proposed") else
              "NO: a fact blocks every budget (below)" if p.get("blockers") else "no: a fact is unknown (below)")
     body = [f'<p class="og-note">{e(NOT_SETTINGS)}</p>', kv([
@@ -129,13 +129,17 @@ def proposal(receipt: dict) -> str:
     if settings:
         shown = sorted(settings.items(), key=lambda kv_: (kv_[0] not in BUDGETS, kv_[0] != "schema"))
         body.append("<h4>Proposed settings</h4>" + table(["setting", "value"], [[k, v] for k, v in shown]))
-    if alt:
-        body.append("<h4>Alternative RAM cap (pinned power-of-two risk)</h4>" + kv([
+    for alt in alts if isinstance(alts, list) else []:
+        if not isinstance(alt, dict):
+            continue
+        body.append(f"<h4>Alternative to measure, not a result: {e(alt.get('name'))}</h4>" + kv([
             ("container_ram_gib", f"{text(alt.get('container_ram_gib'))} GiB"),
+            ("engine arguments", " ".join(str(a) for a in alt.get("engine_args") or []) or "none"),
+            ("settings", ", ".join(f"{k} {v}" for k, v in (alt.get("settings") or {}).items()) or "none"),
             ("pinned", _bytes(alt.get("pinned_bytes"))), ("offloaded parameters", num(alt.get("parameters"))),
             ("why", alt.get("why"))]))
-    elif p.get("proposed"):
-        body.append('<p class="og-note">No power-of-two alternative: nothing is offloaded.</p>')
+    if not alts and p.get("proposed"):
+        body.append('<p class="og-note">No alternatives: nothing is offloaded, nothing is pinned.</p>')
     if p.get("blockers"):
         body.append("<h4>What blocks every budget, with its numbers</h4><ul>" + "".join(
             f"<li><b>BLOCKED {e(b.get('code'))}</b> ({e(b.get('check'))}): {e(b.get('message'))}"

@@ -256,11 +256,19 @@ def capacity(receipt: dict) -> str:
     rows = receipt.get("capacity")
     if not rows:
         return section("capacity", "Capacity", absent(receipt, "plan"))
+    accounting = receipt.get("capacity_accounting") if isinstance(receipt.get("capacity_accounting"), dict) else {}
     body = ['<p class="og-note">Header bytes are not the loaded footprint: OK means no definite failure was found, '
-            "never that the model fits. UNKNOWN is shown, never hidden.</p>",
+            "never that the model fits. UNKNOWN is shown, never hidden."
+            + (f" Offload and pinned host bytes: {e(accounting.get('accounting'))}." if accounting else "") + "</p>",
             table(["check", "status", "code", "numbers"],
                   [[v.get("check"), v.get("status"), v.get("code") or "", v.get("message")] for v in rows],
                   status_col=1)]
+    rules = [r for r in accounting.get("rules") or [] if isinstance(r, dict)]
+    if rules:
+        body.append(f"<h4>{e(accounting.get('accounting'))}: the rules and where vLLM states them</h4>"
+                    + table(["rule", "what the engine does", "source (vLLM file:function)"],
+                            [[r.get("rule"), r.get("text"), "; ".join(str(x) for x in r.get("sources") or [])]
+                             for r in rules]))
     kvc = receipt.get("kv_cache") or {}
     if kvc:
         total = (f"{gib(kvc['bytes'])} ({num(kvc['bytes'])} bytes)" if kvc.get("bytes") is not None

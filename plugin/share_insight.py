@@ -19,7 +19,9 @@ def proposal_lines(receipt: dict) -> list[str]:
     p = as_dict(receipt.get("proposal"))
     if not p:
         return ["- no proposal (no --propose request in this session)"]
-    s, alt, res = as_dict(p.get("settings")), as_dict(p.get("alternative")), as_dict(p.get("reserve"))
+    s, res = as_dict(p.get("settings")), as_dict(p.get("reserve"))
+    alts = [as_dict(a) for a in p.get("alternatives") or [] if isinstance(a, dict)] \
+        if isinstance(p.get("alternatives"), list) else []
     source = {"assumed": "ASSUMED", "request": "from the request",
               "calibrated": f"CALIBRATED FROM {shaped('run_id', res.get('calibrated_from'))}"}.get(res.get("source"),
                                                                                                 WITHHELD)
@@ -28,8 +30,10 @@ def proposal_lines(receipt: dict) -> list[str]:
                 f"{number(s.get('cpu_offload_gib'), ' GiB')}, container RAM cap "
                 f"{number(s.get('container_ram_gib'), ' GiB')}, host headroom "
                 f"{number(s.get('host_headroom_gib'), ' GiB')}, context {number(s.get('context_tokens'))} tokens")
-        if alt:
-            line += (f"; pinned power-of-two risk alternative: container RAM cap "
+        for alt in alts:
+            name = {"exact pinning": "exact pinning", "selective expert offload": "selective expert offload"}.get(
+                alt.get("name"), WITHHELD)  # only the kit's own names go into the public summary
+            line += (f"; alternative to measure ({name}): container RAM cap "
                      f"{number(alt.get('container_ram_gib'), ' GiB')} ({gib(alt.get('pinned_bytes'))} pinned over "
                      f"{number(alt.get('parameters'))} offloaded parameters)")
     else:
@@ -75,7 +79,8 @@ def consistency_lines(receipt: dict) -> list[str]:
             + "; what each found is in the private report"]
 
 
-LANDING_QUANTITIES = ("GPU-resident weights", "KV pool", "GPU free after boot", "host available RAM")
+LANDING_QUANTITIES = ("GPU-resident weights", "KV pool", "GPU free after boot", "host available RAM",
+                      "CPU-offloaded parameters", "container memory")
 
 
 def _amount(unit: str, value, signed: bool = False) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from .gpu_lock import LIMITATION as GPU_LOCK_LIMITATION
+from .offload import ACCOUNTING
 from .outcomes import CODES, consequence
 from .receipt import PHASES
 from .share_shapes import SHAPES, WITHHELD, gib, number, shaped
@@ -196,6 +197,9 @@ def capacity_lines(receipt: dict) -> list[str]:
                    f"{r.get('code') if r.get('code') in CODES else ''} |")
     kv = _dict(receipt.get("kv_cache")).get("bytes")
     out += ["", f"KV cache estimate for the context, one sequence: {gib(kv)}"]
+    accounting = _dict(receipt.get("capacity_accounting")).get("accounting")
+    if accounting == ACCOUNTING:  # the kit's own constant only: nothing else from the receipt goes out as text
+        out.append(f"Offload placement and pinned host bytes: {ACCOUNTING} (the report names each rule's vLLM source)")
     return out
 
 

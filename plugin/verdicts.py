@@ -58,7 +58,7 @@ def phase_verdicts(tests: dict[str, dict], progress: dict[str, dict] | None = No
 
 
 def capacity_tally(capacity: list[dict] | None) -> str:
-    """"no definite failure in 11 capacity checks (9 OK, 2 UNKNOWN: pinned_pow2, disk)", or "" without them."""
+    """"no definite failure in 12 capacity checks (10 OK, 2 UNKNOWN: repack, disk)", or "" without them."""
     rows = [c for c in capacity or [] if isinstance(c, dict)]
     if not rows or any(c.get("status") == "BLOCKED" for c in rows):
         return ""

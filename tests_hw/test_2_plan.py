@@ -56,7 +56,11 @@ def test_kv_cache_stays_within_what_the_weights_leave(selected_gpu, judge_capaci
     judge_capacity("kv_cache")
 
 
-def test_offloaded_weights_stay_within_the_container_ram_cap(judge_capacity):
+def test_offload_lands_where_the_engine_puts_it(judge_capacity):
+    judge_capacity("offload_plan")
+
+
+def test_pinned_offload_stays_within_the_container_ram_cap(judge_capacity):
     judge_capacity("host_offload")
 
 
@@ -68,8 +72,8 @@ def test_ram_cap_and_headroom_stay_within_the_kit_cgroup(judge_capacity):
     judge_capacity("cgroup")
 
 
-def test_pinned_power_of_two_risk_is_reported(judge_capacity):
-    judge_capacity("pinned_pow2")
+def test_repack_after_loading_is_known_or_shown_unknown(judge_capacity):
+    judge_capacity("repack")
 
 
 def test_run_folder_has_disk_for_the_evidence(judge_capacity):

@@ -207,8 +207,8 @@ def test_generator_refuses_a_folder_it_did_not_write(tmp_path):
 def test_demo_scan_exits_zero_and_shows_the_plan(scan):
     out = scan["done"].stdout
     assert scan["done"].returncode == 0, out[-3000:] + scan["done"].stderr[-2000:]
-    for shown in ("onegpu capacity", "routed experts", "GPU part of weights", "host RAM", "KV cache",
-                  "pinned pow2 risk", "HARDWARE FACTS REPLAYED"):
+    for shown in ("onegpu capacity, vLLM 0.33 accounting", "routed experts", "GPU part of weights", "host RAM",
+                  "KV cache", "offload plan", "pinned in RAM cap", "repack after load", "HARDWARE FACTS REPLAYED"):
         assert shown in out
 
 
@@ -245,47 +245,93 @@ def test_receipt_checkpoint_summary_matches_the_config(scan, demo):
     assert scan["capacity"]["weights"]["numbers"]["mtp_bytes"] == mtp
 
 
+def engine_offload(c: dict, weight_map: dict, budget: int) -> dict:
+    """vLLM 0.33's UVA offload of the MiMo-V2 decoder, derived here from config.json and the tensor shapes.
+
+    Per layer, in the order MiMoV2FlashDecoderLayer registers its modules: the attention (the sliding-window
+    layers' own sink first, qkv_proj weight and block scales, o_proj, then the Attention's four 4-byte fp8 KV
+    scales), the MLP (MoE layers: router gate weight and score bias, then the experts stacked per layer as
+    Mxfp4MoEMethod registers them, w13 weight, w13 scale, w2 weight, w2 scale; dense layers: gate_up_proj and
+    down_proj with their scales), the two norms. Parameters move whole while the running total is below the budget;
+    each pinned buffer is rounded up to a power of two; MTP layers are neither built nor offloaded."""
+    size = {n: nbytes(*expected_tensor(n, c)[1:]) for n in weight_map}
+    params = []
+    for i in range(c["num_hidden_layers"]):
+        pre = f"model.layers.{i}."
+        sliding = c["hybrid_layer_pattern"][i] == 1
+        attn = ([size[pre + "self_attn.attention_sink_bias"]] if sliding and c["add_swa_attention_sink_bias"] or
+                not sliding and c["add_full_attention_sink_bias"] else [])
+        attn += [size[pre + "self_attn.qkv_proj.weight"], size[pre + "self_attn.qkv_proj.weight_scale_inv"],
+                 size[pre + "self_attn.o_proj.weight"], 4, 4, 4, 4]
+        if c["moe_layer_freq"][i]:
+            experts = range(c["n_routed_experts"])
+
+            def stacked(projs, suffix):
+                return sum(size[f"{pre}mlp.experts.{e}.{p}.{suffix}"] for e in experts for p in projs)
+            mlp = [size[pre + "mlp.gate.weight"], size[pre + "mlp.gate.e_score_correction_bias"],
+                   stacked(("gate_proj", "up_proj"), "weight"), stacked(("gate_proj", "up_proj"), "weight_scale"),
+                   stacked(("down_proj",), "weight"), stacked(("down_proj",), "weight_scale")]
+        else:
+            mlp = [size[pre + "mlp.gate_proj.weight"] + size[pre + "mlp.up_proj.weight"],
+                   size[pre + "mlp.gate_proj.weight_scale_inv"] + size[pre + "mlp.up_proj.weight_scale_inv"],
+                   size[pre + "mlp.down_proj.weight"], size[pre + "mlp.down_proj.weight_scale_inv"]]
+        params += attn + mlp + [size[pre + "input_layernorm.weight"], size[pre + "post_attention_layernorm.weight"]]
+    moved = pinned = peak = count = 0
+    for p in params:
+        if moved >= budget:
+            break
+        moved, pinned, count = moved + p, pinned + (1 << (p - 1).bit_length()), count + 1
+        peak = max(peak, pinned + p)  # the pageable copy of the parameter being pinned
+    kv_scales = 4 * 4 * c["num_hidden_layers"]  # engine parameters no tensor fills
+    mtp = sum(v for n, v in size.items() if ".mtp." in n)
+    return {"offloaded": moved, "pinned": pinned, "peak": peak, "parameters": count,
+            "loaded": sum(size.values()) - mtp + kv_scales, "mtp": mtp}
+
+
 def test_receipt_capacity_matches_the_config_and_the_settings(scan, demo):
     c, s, cap = demo["config"], scan["settings"], scan["capacity"]
-    total = sum(nbytes(*expected_tensor(n, c)[1:]) for n in index_of(demo["root"])["weight_map"])
+    weight_map = index_of(demo["root"])["weight_map"]
+    total = sum(nbytes(*expected_tensor(n, c)[1:]) for n in weight_map)
     gpu_total = json.loads(PROFILE.read_text())["gpu"]["devices"][s["gpu"]]["total_bytes"]
     budget = int(gpu_total * 0.85) - s["gpu_reserve_gib"] * GIB
-    resident = total - s["cpu_offload_gib"] * GIB
-    kv = expected_kv_bytes(c, s["context_tokens"], s["prefill_chunk_tokens"],
-                           {"bfloat16": 2, "float16": 2, "fp8": 1}[s["kv_cache_dtype"]])
+    engine = engine_offload(c, weight_map, s["cpu_offload_gib"] * GIB)
+    resident = engine["loaded"] - engine["offloaded"]
+    assert engine["loaded"] == total - engine["mtp"] + 16 * c["num_hidden_layers"]
+    kv = scan["receipt"]["kv_cache"]["bytes"]  # plugin.kvcache's figure; the capacity sums it with the weights
     assert cap["gpu_budget"]["numbers"]["budget_bytes"] == budget
     assert cap["gpu_weights"]["numbers"]["gpu_resident_bytes"] == resident
-    assert cap["kv_cache"]["numbers"]["kv_bytes"] == kv == scan["receipt"]["kv_cache"]["bytes"]
+    assert cap["kv_cache"]["numbers"]["kv_bytes"] == kv
     assert cap["kv_cache"]["numbers"]["need_bytes"] == resident + kv
-    assert cap["host_offload"]["numbers"]["offloaded_bytes"] == s["cpu_offload_gib"] * GIB
-    assert cap["host_ram"]["numbers"]["need_bytes"] == (s["container_ram_gib"] + s["host_headroom_gib"]) * GIB
+    pinned_need = engine["peak"] + CONTAINER_OWN_NEEDS
+    ram_cap, headroom = s["container_ram_gib"] * GIB, s["host_headroom_gib"] * GIB
+    host = cap["host_offload"]["numbers"]
+    assert (host["offloaded_bytes"], host["pinned_bytes"], host["peak_bytes"], host["need_bytes"]) == (
+        engine["offloaded"], engine["pinned"], engine["peak"], pinned_need)
+    assert cap["host_ram"]["numbers"]["need_bytes"] == max(ram_cap, pinned_need) + headroom
     assert cap["host_ram"]["numbers"]["host_available_bytes"] == demo["host_ram_gib"] * GIB
-    assert {k: cap[k]["status"] for k in ("gpu_weights", "kv_cache", "host_offload", "host_ram")} == dict.fromkeys(
-        ("gpu_weights", "kv_cache", "host_offload", "host_ram"), "OK")
+    assert {k: cap[k]["status"] for k in ("gpu_weights", "kv_cache")} == {"gpu_weights": "OK", "kv_cache": "OK"}
+    # the host verdicts follow the pinned need, not the budget (the Pro demo's 480 GiB pins 849 GiB)
+    assert cap["host_offload"]["status"] == ("BLOCKED" if pinned_need > ram_cap else "OK")
+    assert cap["host_ram"]["status"] == (
+        "BLOCKED" if max(ram_cap, pinned_need) + headroom > demo["host_ram_gib"] * GIB else "OK")
 
 
-def test_pinned_power_of_two_figure_matches_the_engine_order(scan, demo):
-    """Decoder layers in order, each layer's experts stacked as the engine stacks them (gate+up, down), offloaded
-    until the budget is reached; each pinned buffer rounded up to a power of two."""
-    c, budget = demo["config"], scan["settings"]["cpu_offload_gib"] * GIB
-    params: dict[str, int] = {}
-    for name in index_of(demo["root"])["weight_map"]:
-        layer = re.match(r"model\.layers\.(\d+)\.(.*)", name)
-        if layer is None:
-            continue  # embeddings, head, final norm and MTP layers stay where vLLM puts them
-        key = re.sub(r"experts\.\d+\.(gate|up|down)_proj\.",
-                     lambda m: "experts.w2." if m[1] == "down" else "experts.w13.", name)
-        params[key] = params.get(key, 0) + nbytes(*expected_tensor(name, c)[1:])
-    offloaded = pinned = 0
-    for size in params.values():
-        if offloaded >= budget:
-            break
-        offloaded, pinned = offloaded + size, pinned + (1 << (size - 1).bit_length())
-    verdict = scan["capacity"]["pinned_pow2"]
-    assert (verdict["numbers"]["offloaded_bytes"], verdict["numbers"]["pinned_bytes"]) == (offloaded, pinned)
-    room = scan["settings"]["container_ram_gib"] * GIB - CONTAINER_OWN_NEEDS
-    assert verdict["status"] == ("UNKNOWN" if pinned > room else "OK")  # a risk is shown, never hidden
-    assert verdict["message"].startswith("RISK") == (pinned > room)
+def test_offload_plan_and_pinned_figure_match_the_engine_order(scan, demo):
+    """The plan's figures are the ones derived above from config.json, and it names its accounting and rules."""
+    c, s = demo["config"], scan["settings"]
+    engine = engine_offload(c, index_of(demo["root"])["weight_map"], s["cpu_offload_gib"] * GIB)
+    plan = scan["capacity"]["offload_plan"]
+    assert (plan["numbers"]["offloaded_bytes"], plan["numbers"]["pinned_rounded_bytes"],
+            plan["numbers"]["parameters"]) == (engine["offloaded"], engine["pinned"], engine["parameters"])
+    assert plan["status"] == "OK" and plan["message"].startswith("vLLM 0.33 accounting: on the CPU: decoder layers 0-")
+    assert f"'Total CPU offloaded parameters: {round(engine['offloaded'] / GIB, 2)}'" in plan["message"]
+    assert scan["capacity"]["repack"]["status"] == "UNKNOWN"  # the MXFP4 backend is picked on the card at load
+    accounting = scan["receipt"]["capacity_accounting"]
+    assert accounting["accounting"] == "vLLM 0.33 accounting"
+    assert all(rule["sources"] for rule in accounting["rules"])
+    report = (scan["folder"] / "report.html").read_text()
+    assert "vLLM 0.33 accounting: the rules and where vLLM states them" in report
+    assert "uva.py:UVAOffloader._maybe_offload_to_cpu" in report
 
 
 def test_replayed_demo_shows_the_docker_run_line_with_the_image_left_to_the_approval(scan):

@@ -21,7 +21,7 @@ from tests_offline.synth import SYNTHETIC_METADATA, write_checkpoint
 from tests_offline.e2e.harness import finish, make_project, receipt_of, session
 from tests_offline.test_calibrate import FakeNvml, nvml_sample
 from tests_offline.test_capacity import (LLAMA_CONFIG, checkpoint_facts, gpu_device, host, layers_table,
-                                         settings_with)
+                                         settings_with, with_pinning)
 
 GIB = 2**30
 RECORDED = Path(__file__).resolve().parent / "data" / "runs" / "stub-ready-8k"
@@ -41,8 +41,8 @@ def test_the_projection_is_worked_out_from_the_plans_numbers():
     target = int(96 * GIB * 0.85)
     budget = target - 8 * GIB  # the ASSUMED reserve
     assert p.weights_gpu_bytes == 41 * GIB  # 10 layers x 4 GiB + the 1 GiB embedding, nothing offloaded
-    assert p.kv_pool_bytes == budget - 41 * GIB and p.kv_bytes_per_token == kv.bytes / 8192 == 2048
-    assert p.kv_pool_tokens == (budget - 41 * GIB) // 2048
+    assert p.kv_pool_bytes == budget - 41 * GIB and p.kv_bytes_per_token == kv.bytes / 8192  # plugin.kvcache's figure
+    assert p.kv_pool_tokens == int((budget - 41 * GIB) // p.kv_bytes_per_token)
     assert p.gpu_free_after_bytes == int(95.5 * GIB) - target and p.reserve_source == "ASSUMED"
     assert p.host_available_min_bytes == 256 * GIB - 16 * GIB  # available at scan minus the RAM cap
 
@@ -82,6 +82,51 @@ def test_free_memory_at_ready_is_judged_against_the_floor(tmp_path, free_gib, fl
     assert bool(under) == (status == "UNDER")
     if under:
         assert "1.00 GiB of GPU memory free at READY < floor 2.00 GiB (ASSUMED), short by 1.00 GiB" in under[0]
+
+
+def offload_rows(pinning="rounded", cap_gib=96):
+    """Capacity rows for 10 x 5 GiB layers with a 10 GiB offload: 2 whole layers move (10 GiB logical), each pinned
+    in an 8 GiB buffer when rounded (16 GiB)."""
+    s = settings_with(cpu_offload_gib=10, container_ram_gib=cap_gib)
+    if pinning != "rounded":
+        s = with_pinning(s, pinning)
+    ckpt = checkpoint_facts(layers_table(10, 5))
+    kv = kv_cache_estimate(LLAMA_CONFIG, s.context_tokens, None, s.prefill_chunk_tokens)
+    return [v.as_json() for v in capacity_verdicts(s, gpu_device(96, 95.5), host(), ckpt, kv, 50 * GIB)]
+
+
+def test_the_engines_offload_line_is_compared_with_the_logical_offload_never_the_pinned_one():
+    p = projection_from_plan(offload_rows())
+    assert (p.offloaded_logical_bytes, p.pinned_bytes, p.pinning) == (10 * GIB, 16 * GIB, "rounded")
+    # the engine logs format_gib of the logical bytes: "Total CPU offloaded parameters: 10.0"
+    record = landing_record(p, {"cpu_offload_gib": 10.0}, {"container_memory_bytes": 19 * GIB}, 2 * GIB, True)
+    offload = next(r for r in record["errors"] if r["quantity"] == "CPU-offloaded parameters")
+    assert (offload["projected"], offload["measured"], offload["error"]) == (10 * GIB, 10 * GIB, 0)
+    container = next(r for r in record["errors"] if r["quantity"] == "container memory")
+    assert (container["projected"], container["measured"], container["projected_is_lower_bound"]) == (
+        16 * GIB, 19 * GIB, True)
+    lines = landing_lines(record)
+    assert any(line.startswith("landing CPU-offloaded parameters (logical bytes, as the engine's 'Total CPU "
+                               "offloaded parameters' counts them): measured 10.00 GiB vs projected 10.00 GiB")
+               for line in lines)
+    assert record["pinning"]["status"] == "rounded (vLLM's default)"
+
+
+@pytest.mark.parametrize("container_gib, status", [(13, "confirmed"), (17, "NOT CONFIRMED"), (None, "not measured")])
+def test_exact_pinning_is_confirmed_only_by_the_containers_memory_at_ready(container_gib, status):
+    p = projection_from_plan(offload_rows("exact"))
+    assert (p.pinned_bytes, p.pinned_exact_bytes, p.pinned_rounded_bytes) == (10 * GIB, 10 * GIB, 16 * GIB)
+    sample = {"container_memory_bytes": None if container_gib is None else container_gib * GIB}
+    record = landing_record(p, {"cpu_offload_gib": 10.0}, sample, 2 * GIB, True)
+    assert record["pinning"]["status"] == status
+    assert any(w.startswith("exact pinning NOT CONFIRMED") for w in record["warnings"]) == (status == "NOT CONFIRMED")
+    assert any(line.startswith(f"landing exact pinning: {status}") for line in landing_lines(record))
+
+
+def test_a_plan_without_offload_projects_no_offload_rows():
+    record = landing_record(projection_from_plan(plan_rows()[0]), {"cpu_offload_gib": None}, None, 2 * GIB, True)
+    assert not [r for r in record["errors"] if r["quantity"] in ("CPU-offloaded parameters", "container memory")]
+    assert record["pinning"]["status"] == "nothing pinned"
 
 
 def test_host_ram_under_the_headroom_is_a_warning(tmp_path):

@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-from plugin.capacity import CONTAINER_OWN_NEEDS_BYTES, capacity_verdicts
+from plugin.capacity import capacity_verdicts
 from plugin.calibrate import Calibration
 from plugin.kvcache import kv_cache_estimate
 from plugin.outcomes import Blocked
@@ -86,31 +86,66 @@ def test_the_offload_is_the_smallest_whole_gib_that_passes_the_capacity_checks()
     # 40 decoder layers x 3 GiB + a 1 GiB embedding = 121 GiB of headers on a 96 GiB card
     p, ckpt, kv = proposal_for(layers_table(40, 3), gpu_device())
     budget = int(96 * GIB * 0.85) - 8 * GIB  # the 0.85 target minus the ASSUMED 8 GiB reserve
-    need = 121 * GIB + kv.bytes - budget
-    offload = math.ceil(need / GIB)
-    assert p.proposed and p.settings["cpu_offload_gib"] == offload == 48
-    assert p.settings["container_ram_gib"] == math.ceil((offload * GIB + CONTAINER_OWN_NEEDS_BYTES) / GIB) == 56
+    need = 121 * GIB + kv.bytes - budget  # about 47.5 GiB: 16 whole 3 GiB layers (48 GiB) must leave the GPU
+    assert math.ceil(need / (3 * GIB)) == 16
+    # the engine moves a whole parameter while its total is below the budget: any budget above the 45 GiB of the
+    # first 15 layers moves the 16th too, so 46 GiB is the smallest whole GiB that moves 48 GiB
+    offload = 46
+    assert p.proposed and p.settings["cpu_offload_gib"] == offload
+    # 16 layers each pinned in a 4 GiB buffer: 64 GiB, and 67 GiB at the peak (the last layer's 3 GiB pageable
+    # copy beside them); + the ASSUMED 8 GiB own needs
+    assert p.settings["container_ram_gib"] == 64 + 3 + 8 == 75
     assert p.settings["host_headroom_gib"] == 13  # the larger of 8 GiB and 5% of 256 GiB (12.8, rounded up)
     passing = verdicts_of(as_settings(p.settings), ckpt, kv)
-    assert {k for k, v in passing.items() if v.status != "OK"} == {"pinned_pow2"}  # the risk, shown not hidden
-    alternative = verdicts_of(as_settings({**p.settings, "container_ram_gib": p.alternative["container_ram_gib"]}),
-                              ckpt, kv)
-    assert {v.status for v in alternative.values()} == {"OK"}  # the alternative cap covers the risk too
+    assert {v.status for v in passing.values()} == {"OK"}  # the pinned cap passes every check
     one_less = verdicts_of(as_settings({**p.settings, "cpu_offload_gib": offload - 1}), ckpt, kv)
     assert one_less["kv_cache"].code == "KV_DOES_NOT_FIT"  # minimal: one GiB less no longer passes
+    short = verdicts_of(as_settings({**p.settings, "container_ram_gib": 56}), ckpt, kv)
+    assert short["host_offload"].code == "INSUFFICIENT_HOST_RAM"  # the budget plus own needs is not enough
 
 
-def test_the_pinned_power_of_two_cap_is_shown_as_the_alternative():
-    p, _, _ = proposal_for(layers_table(40, 3), gpu_device())
-    # 48 GiB offloaded in layer order = 16 parameters of 3 GiB, each pinned in a 4 GiB buffer = 64 GiB
-    assert p.alternative["parameters"] == 16 and p.alternative["pinned_bytes"] == 64 * GIB
-    assert p.alternative["container_ram_gib"] == 64 + 8
-    assert p.settings["container_ram_gib"] == 56  # the proposal itself keeps the plain cap
+def test_exact_pinning_is_an_alternative_to_measure_never_the_proposal():
+    p, ckpt, kv = proposal_for(layers_table(40, 3), gpu_device())
+    exact = {a["name"]: a for a in p.alternatives}["exact pinning"]
+    # the same 16 layers at their own size: 48 GiB pinned, 51 GiB at the peak, + 8 GiB
+    assert (exact["pinned_bytes"], exact["peak_bytes"], exact["container_ram_gib"]) == (48 * GIB, 51 * GIB, 59)
+    assert exact["settings"] == {"offload_pinning": "exact", "container_ram_gib": 59} and exact["confirmed"] is False
+    assert "UNCONFIRMED" in exact["why"] and "VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1" in exact["why"]
+    assert p.settings["container_ram_gib"] == 75 and "offload_pinning" not in p.settings
+    assert [a["name"] for a in p.alternatives] == ["exact pinning"]  # no experts: no selective offload to show
+
+
+def moe_layers_table(layers: int = 40) -> dict:
+    """Per layer: a 0.5 GiB o_proj and 2 experts x (gate, up, down) of 0.25 GiB each (w13 1 GiB, w2 0.5 GiB)."""
+    table = {"model.embed_tokens.weight": ("BF16", [GIB // 2048, 1024])}
+    for i in range(layers):
+        table[f"model.layers.{i}.self_attn.o_proj.weight"] = ("BF16", [GIB // 4096, 1024])
+        for e in range(2):
+            for proj in ("gate_proj", "up_proj", "down_proj"):
+                table[f"model.layers.{i}.mlp.experts.{e}.{proj}.weight"] = ("BF16", [GIB // 8192, 1024])
+    return table
+
+
+def test_selective_expert_offload_is_shown_as_a_choice_to_measure_not_a_faster_result():
+    config = {**LLAMA_CONFIG, "num_hidden_layers": 40}
+    p, _, kv = proposal_for(moe_layers_table(), gpu_device(), config=config)
+    need = 81 * GIB + kv.bytes - (int(96 * GIB * 0.85) - 8 * GIB)  # about 7.7 GiB
+    # engine order per layer: o_proj 0.5, w13 1, w2 0.5 GiB; layer 3's w2 reaches the need after 7.5 GiB
+    assert 7.5 * GIB < need <= 8 * GIB and p.proposed and p.settings["cpu_offload_gib"] == 8
+    sel = {a["name"]: a for a in p.alternatives}["selective expert offload"]
+    assert sel["engine_args"] == ["--cpu-offload-params", "w13_weight", "w2_weight"]
+    # only experts: layers 0-4 (1.5 GiB each) and layer 5's w13 cross the 8 GiB budget: 8.5 GiB, pinned as is
+    # (1 GiB and 0.5 GiB are powers of two), 9.5 GiB at the peak
+    assert (sel["offloaded_bytes"], sel["pinned_bytes"], sel["peak_bytes"]) == (8.5 * GIB, 8.5 * GIB, 9.5 * GIB)
+    assert sel["container_ram_gib"] == 18 and sel["confirmed"] is False
+    assert sel["why"].startswith("A CHOICE TO MEASURE, NOT A FASTER RESULT")
+    assert "decoder layers 0-5" in sel["why"] and "faster" not in sel["why"].split("RESULT", 1)[1]
+    assert any(q == "container_ram_gib (selective expert offload)" for q, _, _ in p.rows)
 
 
 def test_weights_that_fit_get_no_offload_and_the_containers_own_needs():
     p, ckpt, kv = proposal_for(layers_table(10, 4), gpu_device())
-    assert (p.settings["cpu_offload_gib"], p.settings["container_ram_gib"], p.alternative) == (0, 8, None)
+    assert (p.settings["cpu_offload_gib"], p.settings["container_ram_gib"], p.alternatives) == (0, 8, [])
     assert not [v for v in verdicts_of(as_settings(p.settings), ckpt, kv).values() if v.status == "BLOCKED"]
 
 
@@ -131,10 +166,11 @@ def test_embeddings_beyond_the_card_say_no_offload_can_help_and_by_how_much():
 def test_a_host_without_the_ram_is_named_with_the_shortfall():
     p, _, _ = proposal_for(layers_table(40, 3), gpu_device(), host(available_gib=40))
     blocked = {b["check"]: b for b in p.blockers}
-    # cap 56 GiB + headroom 8 GiB (5% of 40 GiB is below the minimum) = 64 GiB against 40 GiB available
+    # cap 75 GiB (the pinned peak + own needs) + headroom 8 GiB (5% of 40 GiB is below the minimum) = 83 GiB
+    # against 40 GiB available
     assert blocked["host_ram"]["code"] == "INSUFFICIENT_HOST_RAM"
-    assert "short by 24.00 GiB" in blocked["host_ram"]["message"]
-    assert any(q == "host need" and "short by 24.00 GiB" in d for q, _, d in p.rows)
+    assert "short by 43.00 GiB" in blocked["host_ram"]["message"]
+    assert any(q == "host need" and "short by 43.00 GiB" in d for q, _, d in p.rows)
 
 
 def test_unknown_host_ram_of_a_replayed_profile_still_proposes_and_says_it_was_not_checked():
@@ -175,7 +211,8 @@ def test_a_calibrated_reserve_is_carried_into_the_proposed_settings():
     p, ckpt, kv = proposal_for(layers_table(40, 3), gpu_device(), calibration=cal)
     assert p.settings["gpu_reserve_gib"] == 5.13 and p.reserve["calibrated_from"] == "run-a"  # rounded up, not down
     budget = int(96 * GIB * 0.85) - round(5.13 * GIB)
-    assert p.settings["cpu_offload_gib"] == math.ceil((121 * GIB + kv.bytes - budget) / GIB)
+    layers = math.ceil((121 * GIB + kv.bytes - budget) / (3 * GIB))  # whole 3 GiB layers that must leave the GPU
+    assert p.settings["cpu_offload_gib"] == (layers - 1) * 3 + 1  # the smallest whole GiB that moves them all
     assert any("CALIBRATED FROM run-a" in d for _, _, d in p.rows)
     assert not [v for v in verdicts_of(as_settings(p.settings), ckpt, kv).values() if v.status == "BLOCKED"]
 
@@ -183,8 +220,9 @@ def test_a_calibrated_reserve_is_carried_into_the_proposed_settings():
 def test_every_number_has_its_derivation_and_the_document_is_not_settings():
     p, _, _ = proposal_for(layers_table(40, 3), gpu_device())
     quantities = [q for q, _, _ in p.rows]
-    for q in ("GPU target", "non-weight reserve", "GPU budget (weights + KV)", "cpu_offload_gib", "container_ram_gib",
-              "container_ram_gib (pow2 risk)", "host_headroom_gib", "host need", "GPU free after boot"):
+    for q in ("GPU target", "non-weight reserve", "GPU budget (weights + KV)", "weights the engine loads",
+              "cpu_offload_gib", "engine offload", "container_ram_gib", "container_ram_gib (exact pinning)",
+              "host_headroom_gib", "host need", "host need (exact pinning)", "GPU free after boot"):
         assert q in quantities
     assert any("ASSUMED" in d for q, _, d in p.rows if q == "non-weight reserve")
     table = proposal_table(p)
@@ -233,7 +271,9 @@ def test_a_scan_with_a_request_writes_a_private_proposal_and_shows_the_table(kit
     total = 102641958912  # the research target's RTX PRO 6000 in the profile
     budget = int(total * 0.85) - 8 * GIB
     need = 121 * GIB + 8192 * 40 * 1024 - budget  # KV: 40 layers x 2 KV heads x (128 K + 128 V) x 2 B per token
-    assert doc["settings"]["cpu_offload_gib"] == math.ceil(need / GIB)
+    # whole 3 GiB layers until the need is met; any whole GiB above the layers before the last moves it too
+    layers = math.ceil(need / (3 * GIB))
+    assert doc["settings"]["cpu_offload_gib"] == (layers - 1) * 3 + 1
     assert doc["image"]["id"] == engine_images[1][0] and doc["hardware"]["source"] == "replayed"
     assert receipt["proposal"]["settings"] == doc["settings"] and receipt["proposal"]["path"] == str(path)
     result.stdout.fnmatch_lines(["onegpu proposed settings (a proposal: nothing runs from it*",

@@ -194,12 +194,15 @@ def test_the_proposal_shows_its_file_budgets_reserve_and_every_derivation(insigh
     assert receipt["proposal"]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_an_offloading_proposal_shows_the_pinned_power_of_two_alternative(insight_runs):
-    alt = insight_runs.receipt("offload")["proposal"]["alternative"]
+def test_an_offloading_proposal_shows_its_alternatives_as_choices_to_measure(insight_runs):
+    alt = insight_runs.receipt("offload")["proposal"]["alternatives"][0]
     text = report_texts(insight_runs.report("offload"))["proposal"]
-    assert (f"Alternative RAM cap (pinned power-of-two risk) container_ram_gib {alt['container_ram_gib']} GiB "
+    assert alt["name"] == "exact pinning" and alt["confirmed"] is False
+    assert (f"Alternative to measure, not a result: exact pinning container_ram_gib {alt['container_ram_gib']} GiB "
+            f"engine arguments none settings offload_pinning exact, container_ram_gib {alt['container_ram_gib']} "
             f"pinned {alt['pinned_bytes'] / GIB:,.2f} GiB ({alt['pinned_bytes']:,} bytes) "
             f"offloaded parameters {alt['parameters']}") in text
+    assert "UNCONFIRMED" in text
     assert "non-weight reserve used 8.00 GiB ASSUMED" in text
 
 
@@ -324,7 +327,8 @@ def hostile_receipt() -> dict:
     row = {"quantity": HOSTILE, "unit": "bytes", "projected": 1, "measured": None, "error": None,
            "error_percent": None, "status": "not measured", "why": HOSTILE}
     receipt.update(
-        proposal={"path": HOSTILE, "sha256": HOSTILE, "proposed": False, "settings": None, "alternative": None,
+        proposal={"path": HOSTILE, "sha256": HOSTILE, "proposed": False, "settings": None,
+                  "alternatives": [{"name": HOSTILE, "container_ram_gib": HOSTILE, "why": HOSTILE}],
                   "derivation": [{"quantity": HOSTILE, "value": HOSTILE, "derivation": HOSTILE}],
                   "blockers": [{"check": HOSTILE, "code": "INSUFFICIENT_HOST_RAM", "message": HOSTILE,
                                 "numbers": {HOSTILE: 1}}], "unknown": [HOSTILE], "warnings": [HOSTILE],
