@@ -127,7 +127,10 @@ def settings_for(root: Path, work: Path) -> Path:
 
 
 def tensor_count(root: Path) -> int:
-    return len(json.loads((root / "model.safetensors.index.json").read_text())["weight_map"])
+    """Counted in a child process (a 13 MB index read here would raise every later child's peak RSS)."""
+    code = "import json, sys; print(len(json.load(open(sys.argv[1]))['weight_map']))"
+    return int(subprocess.run([sys.executable, "-c", code, str(root / "model.safetensors.index.json")],
+                              check=True, capture_output=True, text=True).stdout)
 
 
 def measure(root: Path, rounds: int, work: Path) -> dict:
