@@ -271,8 +271,10 @@ def _kv_cache(kv: KvEstimate, resident: int, budget: int) -> Verdict:
     need = resident + kv.bytes
     nums = dict(kv_bytes=kv.bytes, gpu_resident_bytes=resident, need_bytes=need, gpu_budget_bytes=budget,
                 context_tokens=kv.context_tokens, kv_dtype=kv.kv_dtype)
-    text = (f"KV for {kv.context_tokens:,} tokens, one sequence ({kv.kv_dtype}) {gib(kv.bytes)} + GPU part of "
-            f"weights {gib(resident)} = {gib(need)}")
+    if kv.pool is not None:  # what the landing needs to turn a pool into tokens as the engine does
+        nums.update(pool_bytes_per_block=kv.pool.bytes_per_block, pool_blocks_per_request=kv.pool.blocks_per_request)
+    text = (f"KV for {kv.context_tokens:,} tokens, one sequence ({kv.kv_dtype}, {kv.accounting}: one request's "
+            f"blocks + the null block) {gib(kv.bytes)} + GPU part of weights {gib(resident)} = {gib(need)}")
     if need > budget:
         return _blocked("kv_cache", "KV_DOES_NOT_FIT", f"{text} exceeds the GPU budget {gib(budget)} by "
                                                        f"{gib(need - budget)}", over_bytes=need - budget, **nums)

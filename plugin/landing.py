@@ -43,6 +43,20 @@ class Projection:
     pinning: str | None = None  # "rounded" | "exact"
 
 
+def _pool_tokens(pool: int | None, kv: dict, per_token: float | None) -> int | None:
+    """The tokens the engine's boot line will print for a pool of this size: whole blocks of the pool over a
+    request's blocks, times the context (vLLM's get_kv_cache_capacity); bytes per token where the plan has no
+    pool arithmetic (recurrent layers)."""
+    if pool is None or not per_token:
+        return None
+    if pool <= 0:
+        return 0
+    per_block, blocks = kv.get("pool_bytes_per_block"), kv.get("pool_blocks_per_request")
+    if per_block and blocks:
+        return int((pool // per_block) / blocks * kv["context_tokens"])
+    return int(pool // per_token)
+
+
 def projection_from_plan(capacity_rows: list[dict]) -> Projection:
     """The projection from the capacity verdicts (their JSON form, as in the receipt)."""
     n = {row["check"]: row.get("numbers") or {} for row in capacity_rows}
@@ -51,8 +65,7 @@ def projection_from_plan(capacity_rows: list[dict]) -> Projection:
     kv = n.get("kv_cache", {})
     per_token = kv["kv_bytes"] / kv["context_tokens"] if kv.get("kv_bytes") and kv.get("context_tokens") else None
     pool = budget - resident if budget is not None and resident is not None else None
-    tokens = int(pool // per_token) if pool is not None and per_token and pool > 0 else (0 if pool is not None and
-                                                                                        per_token else None)
+    tokens = _pool_tokens(pool, kv, per_token)
     free, target = n.get("gpu_free", {}).get("free_bytes"), n.get("gpu_budget", {}).get("target_bytes")
     avail, cap = n.get("host_ram", {}).get("host_available_bytes"), n.get("host_ram", {}).get("container_ram_cap_bytes")
     gb = n.get("gpu_budget", {})

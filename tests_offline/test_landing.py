@@ -42,7 +42,9 @@ def test_the_projection_is_worked_out_from_the_plans_numbers():
     budget = target - 8 * GIB  # the ASSUMED reserve
     assert p.weights_gpu_bytes == 41 * GIB  # 10 layers x 4 GiB + the 1 GiB embedding, nothing offloaded
     assert p.kv_pool_bytes == budget - 41 * GIB and p.kv_bytes_per_token == kv.bytes / 8192  # plugin.kvcache's figure
-    assert p.kv_pool_tokens == int((budget - 41 * GIB) // p.kv_bytes_per_token)
+    # the engine's boot line: whole blocks of the pool over a request's blocks, times the context
+    blocks = (budget - 41 * GIB) // kv.pool.bytes_per_block
+    assert p.kv_pool_tokens == int(blocks / kv.pool.blocks_per_request * 8192)
     assert p.gpu_free_after_bytes == int(95.5 * GIB) - target and p.reserve_source == "ASSUMED"
     assert p.host_available_min_bytes == 256 * GIB - 16 * GIB  # available at scan minus the RAM cap
 
