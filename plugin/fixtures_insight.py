@@ -28,7 +28,7 @@ from .image import resolve_local_image
 from .kvcache import kv_cache_estimate
 from .machine_checks import select_gpu
 from .outcomes import Blocked
-from .receipt import now_iso
+from .receipt import apply_journal, now_iso
 from .rundir import write_json
 from .settings import SettingsError, load_settings
 
@@ -120,7 +120,9 @@ def load_run(folder: Path) -> calibrate.RunBasis:
     run_id = folder.name
     if not folder.is_dir():
         raise calibrate.CalibrationError(f"{folder}: no such run folder")
+    # A hard-killed session left its last facts in the journal, not yet in receipt.json.
     receipt = _json_file(folder / "receipt.json", run_id, True)
+    receipt = apply_journal(receipt, folder) if isinstance(receipt, dict) else receipt
     try:
         settings = load_settings(folder / "settings.json")
     except SettingsError as exc:

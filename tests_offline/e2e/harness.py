@@ -128,7 +128,11 @@ def finish(proc: subprocess.Popen, timeout_s: float = 300) -> str:
 
 
 def receipt_of(project: Path, out: str) -> dict:
-    return json.loads((project / out / "receipt.json").read_text())
+    """The run folder's receipt as its session last recorded it: receipt.json with the journal of a session
+    still running (or killed) folded in."""
+    from plugin.receipt import read_receipt
+
+    return read_receipt(project / out)
 
 
 def outcomes(receipt: dict) -> dict:
