@@ -23,17 +23,33 @@ import math
 from dataclasses import dataclass
 
 ACCOUNTING = "vLLM 0.33 accounting"
-_SOURCE = "vllm/v1/core/kv_cache_utils.py (kv_cache_planning.py in 0.33/0.34) and vllm/v1/kv_cache_interface.py"
-SOURCES = {
-    "page": "AttentionSpec.page_size_bytes; unify_kv_cache_spec_page_size",
-    "groups": "_get_kv_cache_groups_uniform_page_size (equal layer count per group, padding layers)",
-    "block": "_get_kv_cache_bytes_per_block (a page per layer slot of the largest group)",
-    "full": "FullAttentionSpec.max_memory_usage_bytes: cdiv(max_model_len, block_size)",
-    "sliding": "SlidingWindowSpec.max_admission_blocks_per_request: cdiv(min(window - 1 + in-flight, max_model_len), "
-               "block_size) + 1; in-flight = VllmConfig.max_in_flight_tokens",
-    "request": "_max_memory_usage_bytes_from_groups; plus the null block (get_kv_cache_configs)",
-    "capacity": "get_kv_cache_capacity: num_blocks / blocks per request x max_model_len",
-}
+_U = "vllm/v1/core/kv_cache_utils.py (kv_cache_planning.py in 0.33 and 0.34)"
+_I = "vllm/v1/kv_cache_interface.py"
+# Each KV rule with where vLLM states it; the receipt and the report carry them beside the offload rules.
+KV_RULES = (
+    ("kv_page", "a layer's page is block_size tokens of its K + V; smaller pages take a block size scaled up to the "
+                "largest page, or are padded to it when it is not a multiple",
+     (f"{_I}:AttentionSpec.page_size_bytes", f"{_U}:unify_kv_cache_spec_page_size")),
+    ("kv_groups", "layers of one spec are dealt into KV cache groups of equal size, the smallest spec's layer count "
+                  "(the largest's when under 1.5 x the smallest); a spec that does not divide evenly gets empty "
+                  "layer slots", (f"{_U}:_get_kv_cache_groups_uniform_page_size",)),
+    ("kv_block", "one pool block is a page for every layer slot of the widest group",
+     (f"{_U}:_get_kv_cache_bytes_per_block",)),
+    ("kv_request", "a request at max_model_len takes cdiv(max_model_len, block) blocks per full-attention group and "
+                   "cdiv(min(window - 1 + in-flight tokens, max_model_len), block) + 1 per sliding-window group; "
+                   "in-flight tokens = max_num_batched_tokens x 2 with async scheduling (vLLM's default on CUDA), "
+                   "x 1 without; the blocks of every group add up",
+     (f"{_I}:FullAttentionSpec.max_memory_usage_bytes", f"{_I}:SlidingWindowSpec.max_admission_blocks_per_request",
+      "vllm/config/vllm.py:VllmConfig.max_in_flight_tokens", f"{_U}:_max_memory_usage_bytes_from_groups")),
+    ("kv_null_block", "the pool must hold one request plus the null block the block pool keeps back",
+     (f"{_U}:get_kv_cache_configs (check_memory = available - one block)",)),
+    ("kv_capacity", "the boot line's 'KV cache size: N tokens' is the pool's whole blocks over a request's blocks, "
+                    "times max_model_len", (f"{_U}:get_kv_cache_capacity",)),
+)
+
+
+def kv_rules_json() -> list[dict]:
+    return [{"rule": key, "text": text, "sources": list(sources)} for key, text, sources in KV_RULES]
 
 
 @dataclass(frozen=True)

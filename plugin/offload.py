@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 from .checkpoint_model import CheckpointFacts, TensorInfo
 from .consistency import _AUDIO_PARTS, _DRAFT_MODULES, _VISION_PARTS
+from .kv_pool import ACCOUNTING, kv_rules_json
 from .outcomes import gib
 
-ACCOUNTING = "vLLM 0.33 accounting"
 PINNINGS = ("rounded", "exact")
 
 
@@ -463,4 +463,4 @@ def where_lines(plan: OffloadPlan) -> str:
 
 def rules_json() -> dict:
     """The receipt's record of the accounting: the engine version read and every rule with its sources."""
-    return {"accounting": ACCOUNTING, "rules": [r.as_json() for r in RULES.values()]}
+    return {"accounting": ACCOUNTING, "rules": [r.as_json() for r in RULES.values()] + kv_rules_json()}

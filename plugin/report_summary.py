@@ -273,10 +273,21 @@ def capacity(receipt: dict) -> str:
     if kvc:
         total = (f"{gib(kvc['bytes'])} ({num(kvc['bytes'])} bytes)" if kvc.get("bytes") is not None
                  else f"UNKNOWN: {text(kvc.get('unknown_reason'))}")
-        layers = [[r.get("kind"), r.get("layers"), r.get("formula"), num(r.get("bound_tokens")),
-                   num(r.get("reserved_tokens")), num(r.get("bytes"))] for r in kvc.get("layers") or []]
-        body.append(f"<h4>KV cache estimate for one sequence: {e(total)}</h4>"
-                    + table(["layers", "count", "per token", "bound tokens", "reserved tokens", "bytes"], layers)
+        layers = [[r.get("kind"), r.get("layers"), r.get("formula"),
+                   f"{r.get('groups')} + {r.get('padded_layers')} padding slots" if r.get("groups") else "summed",
+                   num(r.get("block_tokens")), num(r.get("reserved_tokens")), num(r.get("bytes"))]
+                  for r in kvc.get("layers") or []]
+        pool = kvc.get("pool") if isinstance(kvc.get("pool"), dict) else None
+        pool_line = (f"{num(pool.get('bytes_per_block'))} B per block ({pool.get('layers_per_group')} layer slots per "
+                     f"group) x {num(pool.get('blocks_per_request'))} blocks per request + 1 null block; in flight "
+                     f"{num(pool.get('in_flight_tokens'))} tokens (max-num-batched-tokens "
+                     f"{num(pool.get('max_num_batched_tokens'))}, async scheduling "
+                     f"{'on' if pool.get('async_scheduling') else 'off'}); {num(pool.get('block_size'))}-token "
+                     "blocks") if pool else "no pool arithmetic (recurrent layers are summed kind by kind)"
+        body.append(f"<h4>KV cache for one sequence, {e(kvc.get('accounting') or '')}: {e(total)}</h4>"
+                    + f'<p class="og-note">{e(pool_line)}</p>'
+                    + table(["layers", "count", "per token", "groups", "block tokens", "reserved tokens", "bytes"],
+                            layers)
                     + "".join(f'<p class="og-note">{e(n)}</p>' for n in kvc.get("notes") or []))
     return section("capacity", "Capacity", "".join(body))
 

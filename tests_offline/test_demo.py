@@ -332,6 +332,12 @@ def test_offload_plan_and_pinned_figure_match_the_engine_order(scan, demo):
     report = (scan["folder"] / "report.html").read_text()
     assert "vLLM 0.33 accounting: the rules and where vLLM states them" in report
     assert "uva.py:UVAOffloader._maybe_offload_to_cpu" in report
+    # the KV rules sit beside the offload rules, and the KV section names the accounting and its pool arithmetic
+    assert {"kv_groups", "kv_request", "kv_null_block"} <= {rule["rule"] for rule in accounting["rules"]}
+    assert "SlidingWindowSpec.max_admission_blocks_per_request" in report
+    kv = scan["receipt"]["kv_cache"]
+    assert kv["accounting"] == "vLLM 0.33 accounting" and kv["pool"]["async_scheduling"] is True
+    assert "KV cache for one sequence, vLLM 0.33 accounting: " in report and "padding slots" in report
 
 
 def test_replayed_demo_shows_the_docker_run_line_with_the_image_left_to_the_approval(scan):
