@@ -101,6 +101,12 @@ def test_a_whole_approved_session_on_the_real_engine_passes_every_phase(docker_c
     facts = receipt["boot"]["facts"]
     assert facts["server_started"] and facts["kv_cache_tokens"] > 0, facts
     assert facts["vllm_version"].startswith("0.32.0"), facts
+    # The plan's KV pool (vLLM's accounting with the CPU build's 128-token blocks, no async scheduling) predicts
+    # the engine's own boot line for the 1 GiB of VLLM_CPU_KVCACHE_SPACE.
+    pool = receipt["kv_cache"]["pool"]
+    assert (pool["block_size"], pool["async_scheduling"]) == (128, False)
+    blocks = 2**30 // pool["bytes_per_block"]
+    assert facts["kv_cache_tokens"] == int(blocks / pool["blocks_per_request"] * pool["max_model_len"]), (facts, pool)
     # Each batch body arrived as written: with ignore_eos, the engine generated exactly its max_tokens, and its
     # prompt is the chat template of exactly its messages.
     tokenizer = transformers.AutoTokenizer.from_pretrained(model)

@@ -6,7 +6,9 @@ THE ONE SEAM where the kit's tests differ from the product path (one NVIDIA GPU)
 * `launch_spec`: the real plan with `engine_platform="cpu"` and no GPU device request. The probe then demands
   vLLM's own CPU platform detection and no CUDA device instead of exactly one CUDA device.
 * The KV cache: on the CPU build, `--gpu-memory-utilization` is not what sizes the KV cache; the engine takes
-  VLLM_CPU_KVCACHE_SPACE GiB of host RAM for it (ONEGPU_E2E_CPU_KVCACHE_GIB here, default 1).
+  VLLM_CPU_KVCACHE_SPACE GiB of host RAM for it (ONEGPU_E2E_CPU_KVCACHE_GIB here, default 1). Its accounting
+  uses the CPU platform's defaults, 128-token blocks and no async scheduling (vllm/platforms/cpu.py), so
+  `kv_estimate` is the same estimate with those two values.
 * Extra `vllm serve` arguments (ONEGPU_E2E_EXTRA_ARGS, a JSON list, default none), appended to the plan's
   command: how a test shows what the kit does with a flag the engine does not know.
 Everything else is the product: the plugin, the phase tests, the Docker engine, the run folder, the argv.
@@ -20,7 +22,11 @@ import os
 
 import pytest
 
+from plugin.jsonable import to_json
+from plugin.kvcache import kv_cache_estimate
 from tests_offline.e2e.conftest_simulated_gpu import simulate_gpu
+
+CPU_BLOCK_SIZE = 128  # vllm/platforms/cpu.py: the CPU backends' block size when none is given
 
 CPU_BANNER = ("CPU ENGINE DOUBLE: the engine is vLLM's CPU build (vllm-cpu) on a tiny random-weight model, a test "
               "of the kit against the real engine's control surface; its KV cache is sized by "
@@ -34,6 +40,14 @@ GPU_BANNER = ("GPU SIMULATED: GPU facts come from recorded NVML answers of an H2
 @pytest.fixture(scope="session")
 def hardware(hardware, kit):
     return simulate_gpu(hardware, kit, GPU_BANNER)
+
+
+@pytest.fixture(scope="session")
+def kv_estimate(settings, checkpoint, kit):
+    kv = kv_cache_estimate(checkpoint.config, settings.context_tokens, settings.kv_cache_dtype,
+                           settings.prefill_chunk_tokens, block_size=CPU_BLOCK_SIZE, async_scheduling=False)
+    kit.receipt.set("kv_cache", to_json(kv))
+    return kv
 
 
 @pytest.fixture(scope="session")
