@@ -1,4 +1,4 @@
-"""Docker facts through the docker SDK: reachable, version, swap limits, GPU hand-off, remote/rootless."""
+"""Docker facts from the daemon's API (a local socket directly, any other endpoint through the docker SDK): reachable, version, swap limits, GPU hand-off, remote/rootless."""
 from __future__ import annotations
 
 import json
@@ -77,20 +77,35 @@ def unreachable(endpoint: str, error: str) -> DockerFacts:
                        nvidia_hook=False, cdi_gpu_devices=[], daemon_mem_total_bytes=None, daemon_name=None)
 
 
+def _ask_local(endpoint: str) -> tuple[dict, dict]:
+    """`docker info` and `docker version` from a local socket without the docker SDK (plugin.docker_api);
+    raises NotAnswered when the SDK must be asked."""
+    from .docker_api import LocalDaemon
+
+    daemon = LocalDaemon(endpoint, CONNECT_TIMEOUT_S)
+    return daemon.get_object("/info"), daemon.get_object("/version")
+
+
 def read_docker_facts() -> DockerFacts:
     """Ask the daemon DOCKER_HOST names (or the default socket). Never raises for an absent daemon."""
-    import docker
-    from docker.errors import DockerException
+    from .docker_api import NotAnswered
 
     endpoint = endpoint_from_env()
     try:
-        client = docker.from_env(timeout=CONNECT_TIMEOUT_S)
+        info, version = _ask_local(endpoint)
+    except NotAnswered:
+        # another kind of endpoint, or no clean answer: the SDK asks, and words any error
+        import docker
+        from docker.errors import DockerException
+
         try:
-            info, version = client.info(), client.version()
-        finally:
-            client.close()
-    except (DockerException, OSError) as exc:
-        return unreachable(endpoint, f"{type(exc).__name__}: {exc}")
+            client = docker.from_env(timeout=CONNECT_TIMEOUT_S)
+            try:
+                info, version = client.info(), client.version()
+            finally:
+                client.close()
+        except (DockerException, OSError) as exc:
+            return unreachable(endpoint, f"{type(exc).__name__}: {exc}")
     local = not is_remote(endpoint)
     # The --gpus path needs the hook beside the daemon; we can only look for it when the daemon is local.
     hook = shutil.which("nvidia-container-runtime-hook") if local else None

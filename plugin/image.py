@@ -1,7 +1,8 @@
-"""The engine image: a local reference resolved to its immutable ID through the docker SDK. Never pulls.
+"""The engine image: a local reference resolved to its immutable ID (a local socket asked directly, any other
+endpoint through the docker SDK). Never pulls.
 
-`client.images.get` asks the daemon for an image it already has (GET /images/<ref>/json); nothing here
-can fetch from a registry.
+`client.images.get` and the direct path both ask the daemon for an image it already has
+(GET /images/<ref>/json); nothing here can fetch from a registry.
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from .outcomes import Blocked
 
 IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
 CONNECT_TIMEOUT_S = 10
+_MISSING = ("image {reference!r} does not exist on this Docker engine; the kit never pulls: load or build it "
+            "locally (docker load / docker build), then scan again")
 
 
 @dataclass(frozen=True)
@@ -34,9 +37,7 @@ def resolve_image(client, reference: str) -> ImageFacts:
     try:
         image = client.images.get(reference)
     except ImageNotFound:
-        raise Blocked("IMAGE_MISSING", f"image {reference!r} does not exist on this Docker engine; the kit never "
-                                       "pulls: load or build it locally (docker load / docker build), then scan "
-                                       "again") from None
+        raise Blocked("IMAGE_MISSING", _MISSING.format(reference=reference)) from None
     except APIError as exc:
         if exc.status_code is not None and 400 <= exc.status_code < 500:
             raise Blocked("IMAGE_MISSING", f"image {reference!r} cannot be resolved by the Docker engine "
@@ -53,8 +54,35 @@ def resolve_image(client, reference: str) -> ImageFacts:
                       architecture=attrs.get("Architecture"), os=attrs.get("Os"), size_bytes=attrs.get("Size"))
 
 
+def _resolve_on_socket(reference: str) -> ImageFacts:
+    """resolve_image's answer from a local socket without the docker SDK (plugin.docker_api): the image, or
+    IMAGE_MISSING for the 404 the SDK turns into ImageNotFound; raises NotAnswered for anything else."""
+    from .docker_api import LocalDaemon, NotAnswered
+    from .docker_facts import endpoint_from_env
+
+    daemon = LocalDaemon(endpoint_from_env(), CONNECT_TIMEOUT_S)
+    status, attrs = daemon.get("/images/{0}/json", reference)
+    message = attrs.get("message") if isinstance(attrs, dict) else None
+    if status == 404 and isinstance(message, str) and "no such image" in message.lower():
+        raise Blocked("IMAGE_MISSING", _MISSING.format(reference=reference))  # the SDK's ImageNotFound
+    if status != 200 or not isinstance(attrs, dict):
+        raise NotAnswered(f"image {reference!r}: {status}")
+    image_id = attrs.get("Id")
+    if not IMAGE_ID.match(image_id if isinstance(image_id, str) else ""):
+        raise NotAnswered(f"image {reference!r}: ID {image_id!r}")  # the SDK path words the refusal
+    return ImageFacts(reference=reference, id=image_id, repo_tags=list(attrs.get("RepoTags") or []),
+                      repo_digests=list(attrs.get("RepoDigests") or []), created=attrs.get("Created"),
+                      architecture=attrs.get("Architecture"), os=attrs.get("Os"), size_bytes=attrs.get("Size"))
+
+
 def resolve_local_image(reference: str) -> ImageFacts:
     """Resolve on the Docker engine DOCKER_HOST names (or the default socket); Blocked NO_DOCKER if none answers."""
+    from .docker_api import NotAnswered
+
+    try:
+        return _resolve_on_socket(reference)
+    except NotAnswered:
+        pass  # another kind of endpoint, or no clean answer: the SDK asks, and words any error
     import docker
     from docker.errors import DockerException
 

@@ -211,6 +211,18 @@ def test_live_daemon_answers_enforces_swap_and_has_no_gpu_hand_off(docker_client
     assert blocked_code(checks.require_gpu_handoff, d) == "NO_GPU_IN_CONTAINERS"
 
 
+def test_the_direct_socket_path_reads_what_the_sdk_reads(docker_client, monkeypatch):
+    # read_docker_facts asks a local socket without the docker SDK: the same /version and /info answers
+    from plugin.docker_facts import _ask_local
+
+    info, version = _ask_local(LOCAL)
+    sdk_info, sdk_version = docker_client.info(), docker_client.version()
+    assert version == sdk_version and set(info) == set(sdk_info)
+    moving = {"NFd", "NGoroutines", "SystemTime", "NEventsListener", "Containers", "ContainersRunning",
+              "ContainersPaused", "ContainersStopped", "Images"}
+    assert {k: v for k, v in info.items() if k not in moving} == {k: v for k, v in sdk_info.items() if k not in moving}
+
+
 def test_a_socket_nobody_listens_on_is_no_docker_not_an_exception(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'docker.sock'}")
     d = read_docker_facts()

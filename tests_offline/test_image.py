@@ -67,3 +67,26 @@ def test_an_engine_that_does_not_answer_is_no_docker(tmp_path):
     finally:
         client.close()
     assert blocked.value.code == "NO_DOCKER"
+
+
+def test_the_direct_socket_path_answers_as_the_sdk_does(docker_client, local_image, monkeypatch):
+    # resolve_local_image asks a local socket without the docker SDK; its facts and its IMAGE_MISSING must be the
+    # SDK's, and what it cannot answer cleanly (a malformed reference: 400) goes back to the SDK path
+    from plugin.docker_api import NotAnswered
+    from plugin.image import _resolve_on_socket, resolve_local_image
+
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    reference, image_id = local_image
+    for ref in (reference, image_id):
+        assert _resolve_on_socket(ref) == resolve_image(docker_client, ref) == resolve_local_image(ref)
+    missing = f"onegpu-test-missing/never-there:{secrets.token_hex(6)}"
+    with pytest.raises(Blocked) as direct:
+        _resolve_on_socket(missing)
+    with pytest.raises(Blocked) as sdk:
+        resolve_image(docker_client, missing)
+    assert (direct.value.code, direct.value.message) == (sdk.value.code, sdk.value.message)
+    with pytest.raises(NotAnswered):
+        _resolve_on_socket("Not A Valid Reference!")
+    with pytest.raises(Blocked) as malformed:
+        resolve_local_image("Not A Valid Reference!")
+    assert malformed.value.code == "IMAGE_MISSING"
