@@ -69,3 +69,65 @@ class LocalDaemon:
         if status != 200 or not isinstance(body, dict):
             raise NotAnswered(f"GET {pathfmt}: {status}")
         return body
+
+
+class ContainerView:
+    """A container as the SDK's docker.models.containers.Container reads its inspect answer (id, name, status,
+    labels): the slice leftovers.find_kit_containers uses."""
+
+    def __init__(self, attrs: dict):
+        self.attrs = attrs
+
+    @property
+    def id(self):
+        return self.attrs.get("Id")
+
+    @property
+    def name(self):
+        return self.attrs["Name"].lstrip("/") if self.attrs.get("Name") is not None else None
+
+    @property
+    def status(self):
+        state = self.attrs["State"]
+        return state["Status"] if isinstance(state, dict) else state
+
+    @property
+    def labels(self) -> dict:
+        return self.attrs["Config"].get("Labels") or {}
+
+
+class _Containers:
+    def __init__(self, daemon: LocalDaemon):
+        self.daemon = daemon
+
+    def list(self, all: bool = False, filters: dict | None = None, ignore_removed: bool = False) -> list:
+        """containers.list as the SDK does it: the list with its query, then each container inspected; one
+        removed in between (404) is skipped with ignore_removed."""
+        query = {"limit": -1, "all": 1 if all else 0, "size": 0, "trunc_cmd": 0}
+        if filters:  # docker.utils.convert_filters
+            query["filters"] = json.dumps({k: [v if isinstance(v, str) else str(v) for v in vs] for k, vs in (
+                (k, ("true" if v else "false") if isinstance(v, bool) else v) for k, v in filters.items())
+                for vs in [vs if isinstance(vs, list) else [vs]]})
+        status, listed = self.daemon.get("/containers/json?" + urllib.parse.urlencode(query))
+        if status != 200 or not isinstance(listed, list):
+            raise NotAnswered(f"GET /containers/json: {status}")
+        found = []
+        for row in listed:
+            container_id = row.get("Id") if isinstance(row, dict) else None
+            if not isinstance(container_id, str):
+                raise NotAnswered("GET /containers/json: a row without an Id")
+            status, attrs = self.daemon.get("/containers/{0}/json", container_id)
+            if status == 404 and ignore_removed:
+                continue
+            if status != 200 or not isinstance(attrs, dict) or not isinstance(attrs.get("Config"), dict) \
+                    or "State" not in attrs:
+                raise NotAnswered(f"GET /containers/{container_id}/json: {status}")
+            found.append(ContainerView(attrs))
+        return found
+
+
+class LocalClient:
+    """The read-only slice of a docker.DockerClient a scan uses (containers.list), on a local socket."""
+
+    def __init__(self, endpoint: str, timeout: float):
+        self.containers = _Containers(LocalDaemon(endpoint, timeout))

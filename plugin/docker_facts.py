@@ -1,4 +1,5 @@
-"""Docker facts from the daemon's API (a local socket directly, any other endpoint through the docker SDK): reachable, version, swap limits, GPU hand-off, remote/rootless."""
+"""Docker facts from the daemon's API (a local socket asked directly, any other endpoint through the docker SDK):
+reachable, version, swap limits, GPU hand-off, remote/rootless."""
 from __future__ import annotations
 
 import json

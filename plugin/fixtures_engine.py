@@ -80,13 +80,28 @@ def launch_spec(request, settings, selected_gpu, hardware, kit) -> LaunchSpec:
     return spec
 
 
+def _kit_containers_on_socket(docker_facts) -> list[dict] | None:
+    """find_kit_containers on a local daemon's socket without the docker SDK (plugin.docker_api); None when the
+    SDK client must ask (another kind of endpoint, no daemon, or no clean answer: it then words the error)."""
+    from .docker_api import LocalClient, NotAnswered
+
+    if not docker_facts.reachable:
+        return None
+    try:
+        return find_kit_containers(LocalClient(docker_facts.endpoint, DOCKER_TIMEOUT_S))
+    except NotAnswered:
+        return None
+
+
 @pytest.fixture(scope="session")
 def kit_leftovers(request, hardware, kit) -> list[dict] | None:
     """Kit-labelled containers on the daemon, their owners judged; read-only (a scan never removes).
     None in a replayed session: the replayed machine's daemon cannot be asked from here."""
     if hardware.replayed:
         return None
-    rows = find_kit_containers(request.getfixturevalue("kit_docker_client"))
+    rows = _kit_containers_on_socket(request.getfixturevalue("docker_facts"))
+    if rows is None:
+        rows = find_kit_containers(request.getfixturevalue("kit_docker_client"))
     kit.receipt.set("leftovers", {"removed_any": False, "containers": rows})
     return rows
 

@@ -104,6 +104,31 @@ def test_scan_only_reports(docker_client, tmp_path, stub_image):
         dead.remove(force=True)
 
 
+def test_the_direct_socket_listing_reads_what_the_sdk_reads(docker_client, tmp_path, stub_image, monkeypatch):
+    """A scan lists kit containers on a local socket without the docker SDK (plugin.docker_api): same rows."""
+    from plugin.docker_api import LocalClient
+
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    spec = make_spec(tmp_path, stub_image)
+    case = uuid.uuid4().hex
+    made = [_container(docker_client, spec, case, labels(2**22 + 7, 1), start=False),
+            _container(docker_client, spec, case, labels(ME.pid, ME.start_ticks), start=True),
+            _container(docker_client, spec, case, {}, start=False)]
+    try:
+        direct = LocalClient("unix:///var/run/docker.sock", 30)
+        assert find_kit_containers(direct, {"onegpu.test_case": case}) == \
+            find_kit_containers(docker_client, {"onegpu.test_case": case})
+        assert len(find_kit_containers(direct, {"onegpu.test_case": case})) == 2
+        mine = {"label": [f"onegpu.test_case={case}"]}  # other sessions' containers may come and go meanwhile
+        seen = [(c.id, c.name, c.status, c.labels) for c in direct.containers.list(all=True, filters=mine)]
+        assert seen == [(c.id, c.name, c.status, c.labels)
+                        for c in docker_client.containers.list(all=True, filters=mine)]
+        assert len(seen) == 3
+    finally:
+        for container in made:
+            container.remove(force=True)
+
+
 def test_a_sweep_survives_containers_removed_while_it_runs(docker_client, tmp_path, stub_image):
     """Another session removing its own containers mid-sweep must not break this session's start."""
     import threading
