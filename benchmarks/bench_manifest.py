@@ -2,6 +2,11 @@
 
     python benchmarks/bench_manifest.py [--files 8] [--size-mib 256] [--dir /var/tmp] [--workers N]
                                         [--sparse-gib 8] [--results FILE]
+    python benchmarks/bench_manifest.py --warm-cold [--rounds 5] [--files 8] [--size-mib 512] [--results FILE]
+
+--warm-cold measures, in the same run and in alternating order, a serial hashlib loop and the engine (as the
+kit runs it: its page cache rule on) with the files warm and cold, a plain read of the cold files, and
+`openssl speed -multi N -elapsed sha256`; see warm_cold().
 
 Every hashing run happens in a child process, which reports its own peak RSS (VmHWM from /proc/self/status).
 The page-cached figure is measured with POSIX_FADV_DONTNEED off (the engine's drop_cache=False): with it on,
@@ -81,6 +86,183 @@ def read_floor(folder: str, workers: int) -> None:
     for t in threads:
         t.join()
     print(json.dumps({"seconds": time.monotonic() - began, "bytes": total}))
+
+
+def serial_hashlib(folder: str) -> None:
+    """Run in a child process: the reference, one file after another through hashlib.file_digest."""
+    import hashlib
+
+    paths = sorted(str(p) for p in Path(folder).iterdir() if p.is_file())
+    began = time.monotonic()
+    digests = {}
+    for path in paths:
+        with open(path, "rb", buffering=0) as fh:
+            digests[Path(path).name] = hashlib.file_digest(fh, "sha256").hexdigest()
+    seconds = time.monotonic() - began
+    print(json.dumps({"seconds": seconds, "bytes": sum(os.path.getsize(p) for p in paths), "digests": digests}))
+
+
+def engine_child(folder: str, workers: int, force_drop: bool) -> None:
+    """Run in a child process: the engine as custody runs it (the page cache rule decides what is dropped),
+    or with every file dropped behind the reader (force_drop), to see what dropping costs or buys."""
+    import types
+
+    package = types.ModuleType("plugin")
+    package.__path__ = [str(REPO / "plugin")]
+    sys.modules["plugin"] = package
+    from plugin.hf_cache_auth import detect_layout
+    from plugin.manifest import CachePlan, hash_files, plan_page_cache, walk_checkpoint
+
+    root = Path(folder)
+    files = walk_checkpoint(detect_layout(root))
+    began = time.monotonic()
+    plan = plan_page_cache(root, files)  # inside the timing: mincore over every file is part of the cost
+    if force_drop:
+        plan = CachePlan(frozenset(), True, plan.cold_bytes, plan.room_bytes)
+    digests, _ = hash_files(root, files, workers, plan=plan)
+    seconds = time.monotonic() - began
+    print(json.dumps({"seconds": seconds, "bytes": sum(f.size for f in files), "plan": plan.describe(),
+                      "digests": {k: d.sha256 for k, d in digests.items()}}))
+
+
+def drop_files(paths: list[Path]) -> None:
+    """Evict the files from the page cache (clean pages: they were fsynced when written)."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def run_kind(kind: str, folder: Path, workers: int) -> dict:
+    argv = [sys.executable, __file__, "--child", str(folder), "--workers", str(workers), "--kind", kind]
+    return json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+
+
+def warm_cold(args) -> None:
+    """Same-run, alternating rounds: each measured pass in its own child process, the files warmed (read once,
+    checked resident by mincore) or dropped (POSIX_FADV_DONTNEED on each file, checked by mincore) right before
+    it. Within a round the serial loop and the engine swap order every round, so drift hits both alike."""
+    workers = args.workers
+    load_before = os.getloadavg()[0]
+    folder = Path(tempfile.mkdtemp(prefix="onegpu-bench-warmcold-", dir=args.dir))
+    rows: list[dict] = []
+    try:
+        fs = subprocess.run(["stat", "-f", "-c", "%T", str(folder)], capture_output=True, text=True).stdout.strip()
+        paths = make_shards(folder, args.files, args.size_mib)
+        total = sum(p.stat().st_size for p in paths)
+        reference = None
+        for n in range(args.rounds):
+            row: dict = {}
+            pair = ["serial", "engine"] if n % 2 == 0 else ["engine", "serial"]
+            for state in ("warm", "cold"):
+                for kind in pair:
+                    if state == "warm":
+                        warm(paths)
+                    else:
+                        drop_files(paths)
+                    row[f"resident_before_{kind}_{state}"] = resident_fraction(paths)
+                    result = run_kind(kind, folder, workers)
+                    row[f"{kind}_{state}"] = total / result["seconds"]
+                    row[f"resident_after_{kind}_{state}"] = resident_fraction(paths)
+                    if kind == "engine":
+                        row[f"plan_{state}"] = result["plan"]
+                    reference = reference or result["digests"]
+                    if result["digests"] != reference:
+                        raise SystemExit(f"round {n}: {kind} {state} digests differ from the first pass")
+            for kind in ("engine_drop", "read", "read1"):
+                drop_files(paths)
+                row[f"resident_before_{kind}"] = resident_fraction(paths)
+                row[f"{kind}_cold"] = total / run_kind(kind, folder, workers)["seconds"]
+            warm(paths)  # what the engine's load reads after a pass that left the files cached
+            row["read1_warm"] = total / run_kind("read1", folder, workers)["seconds"]
+            row["openssl"] = openssl_sha256_bytes_per_s(workers, elapsed=True)[0]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    for row in rows:
+        row["floor"] = min(row["openssl"], max(row["read_cold"], row["read1_cold"]))
+        row["engine_vs_serial_warm"] = row["engine_warm"] / row["serial_warm"]
+        row["engine_vs_serial_cold"] = row["engine_cold"] / row["serial_cold"]
+        row["engine_vs_floor_cold"] = row["engine_cold"] / row["floor"]
+        row["drop_vs_keep_cold"] = row["engine_drop_cold"] / row["engine_cold"]
+        # What the rule does with a cold checkpoint larger than the cache (dropped behind), against the same refs.
+        row["drop_vs_serial_cold"] = row["engine_drop_cold"] / row["serial_cold"]
+        row["drop_vs_floor_cold"] = row["engine_drop_cold"] / row["floor"]
+        # Hashing then the engine's load (one plain read): cached files are read warm, dropped ones cold again.
+        row["hash_load_s_keep"] = total / row["engine_cold"] + total / row["read1_warm"]
+        row["hash_load_s_drop"] = total / row["engine_drop_cold"] + total / row["read1_cold"]
+        row["keep_vs_drop_hash_load"] = row["hash_load_s_drop"] / row["hash_load_s_keep"]
+    figures = {"machine": machine(), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+               "command": " ".join([Path(sys.executable).name, "benchmarks/bench_manifest.py", *sys.argv[1:]]),
+               "filesystem": fs, "load_before": load_before, "load_after": os.getloadavg()[0], "files": args.files,
+               "size_mib": args.size_mib, "workers": workers, "rows": rows}
+    print(json.dumps(figures, indent=2))
+    text = render_warm_cold(figures)
+    if args.results:
+        Path(args.results).write_text(text)
+        print(f"wrote {args.results}")
+    print(text)
+
+
+def render_warm_cold(f: dict) -> str:
+    m, rows, w = f["machine"], f["rows"], f["workers"]
+
+    def col(key: str, fmt: str = ",.0f", scale: float = 1e6) -> str:
+        return ", ".join(format(r[key] / scale, fmt) for r in rows)
+
+    def span(key: str) -> str:
+        values = [r[key] for r in rows]
+        return f"median **{statistics.median(values):.2f}** (min {min(values):.2f}, max {max(values):.2f})"
+
+    def pct(key: str) -> str:
+        return ", ".join(f"{r[key]:.0%}" for r in rows)
+
+    return f"""### Hashing warm and cold against a serial hashlib loop and the cold floor ({f['files']} x {f['size_mib']} MiB)
+
+* Date: {f['date']}
+* Machine: {m['cpu']}, {m['usable_cpus']} usable CPUs, {m['ram_gib']} GiB RAM, kernel {m['kernel']},
+  Python {m['python']}, {m['openssl']}; files on {f['filesystem']} (a virtual disk). Shared with other jobs:
+  1-minute load average {f['load_before']:.1f} before, {f['load_after']:.1f} after.
+* Command: `{f['command']}`
+* {len(rows)} rounds; in each, every pass runs in its own child process right after the files were read once
+  (warm) or dropped with POSIX_FADV_DONTNEED on each file (cold), residency checked by mincore before and after;
+  the serial loop and the engine swap order every round. Every pass's digests equal the first pass's.
+* serial: `hashlib.file_digest` over the files one after another. engine: `hash_files` with {w} threads as
+  custody runs it (page cache rule on; the mincore pass over the files is inside the timing). floor: the slower
+  of `openssl speed -multi {w} -elapsed sha256` (16384-byte blocks) and a plain read of the cold files (the
+  faster of {w} threads and one thread, 4 MiB readv, no hashing).
+
+| MB/s (10^6 bytes/s), round by round | |
+|---|---|
+| serial hashlib, warm | {col('serial_warm')} |
+| engine, warm | {col('engine_warm')} |
+| serial hashlib, cold | {col('serial_cold')} |
+| engine, cold (rule: kept in the cache) | {col('engine_cold')} |
+| engine, cold, every file dropped behind | {col('engine_drop_cold')} |
+| plain read, cold, {w} threads | {col('read_cold')} |
+| plain read, cold, 1 thread | {col('read1_cold')} |
+| plain read, warm, 1 thread (the load after a pass that kept the files) | {col('read1_warm')} |
+| `openssl speed -multi {w} -elapsed sha256`, 16384-byte blocks | {col('openssl')} |
+| floor (slower of openssl and the faster plain read) | {col('floor')} |
+
+| ratio, same round | each round | |
+|---|---|---|
+| engine / serial, warm | {col('engine_vs_serial_warm', '.2f', 1)} | {span('engine_vs_serial_warm')} |
+| engine / serial, cold (rule within the room: kept, one file at a time) | {col('engine_vs_serial_cold', '.2f', 1)} | {span('engine_vs_serial_cold')} |
+| engine, cold, kept / floor | {col('engine_vs_floor_cold', '.2f', 1)} | {span('engine_vs_floor_cold')} |
+| engine, cold, dropped behind (the rule beyond the room) / serial, cold | {col('drop_vs_serial_cold', '.2f', 1)} | {span('drop_vs_serial_cold')} |
+| engine, cold, dropped behind / floor | {col('drop_vs_floor_cold', '.2f', 1)} | {span('drop_vs_floor_cold')} |
+| engine cold, dropped behind / kept | {col('drop_vs_keep_cold', '.2f', 1)} | {span('drop_vs_keep_cold')} |
+| hashing + one read of the files after it: seconds dropping / seconds keeping | {col('keep_vs_drop_hash_load', '.2f', 1)} | {span('keep_vs_drop_hash_load')} |
+
+* Residency before each pass (warm / cold): serial {pct('resident_before_serial_warm')} /
+  {pct('resident_before_serial_cold')}; engine {pct('resident_before_engine_warm')} /
+  {pct('resident_before_engine_cold')}. After the engine's warm pass: {pct('resident_after_engine_warm')}; after its cold pass: {pct('resident_after_engine_cold')}.
+* The engine's decision, last round: warm: {rows[-1]['plan_warm']}; cold: {rows[-1]['plan_cold']}.
+"""
 
 
 def peak_rss_kib() -> int:
@@ -192,7 +374,18 @@ def main() -> None:
     parser.add_argument("--child")
     parser.add_argument("--drop", type=int, default=1)
     parser.add_argument("--read-only", type=int, default=0)
+    parser.add_argument("--kind", help="child pass of --warm-cold: serial, engine, engine_drop, read, read1")
+    parser.add_argument("--warm-cold", action="store_true", help="the same-run warm/cold comparison (issue 19.3)")
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    if args.child and args.kind:
+        if args.kind == "serial":
+            return serial_hashlib(args.child)
+        if args.kind in ("engine", "engine_drop"):
+            return engine_child(args.child, args.workers, args.kind == "engine_drop")
+        return read_floor(args.child, 1 if args.kind == "read1" else args.workers)
+    if args.warm_cold:
+        return warm_cold(args)
     if args.child:
         if args.read_only:
             return read_floor(args.child, args.workers)
@@ -308,7 +501,7 @@ def render(f: dict) -> str:
 * Command: `{f['command']}`
 * Data: {f['files']} files x {f['size_mib']} MiB, written once (fsync), read once to warm the page cache
   ({f['cached_before']:.0%} resident before the runs, {f['cached_after_cached_runs']:.0%} after them, by mincore).
-* Engine: {w} hashing threads, {f['buffer_bytes_per_worker'] // MIB} MiB read buffer each; every run in its
+* Engine: {w} hashing threads, {f['buffer_bytes_per_worker'] // 1024} KiB read buffer each; every run in its
   own child process (peak RSS: its VmHWM; CPU time: os.times over the hashing).
 * The page-cached figures run with POSIX_FADV_DONTNEED off: with it on, each run would evict the pages the
   next one reads. The production setting (DONTNEED on) is measured once on re-warmed files; residency after
@@ -339,7 +532,7 @@ def render(f: dict) -> str:
 * Peak RSS of the hashing process: **{f['peak_rss_mib']:.1f} MiB** (target < 100 MiB: {rss}), of which
   {f['rss_before_mib']:.1f} MiB before the first byte was hashed (interpreter and modules); the sparse run
   shows it does not grow with the checkpoint's size. The engine's modules are loaded here without the kit's
-  pytest layer; inside a pytest session the buffers ({w} x {f['buffer_bytes_per_worker'] // MIB} MiB) come on
+  pytest layer; inside a pytest session the buffers ({w} x {f['buffer_bytes_per_worker'] // 1024} KiB) come on
   top of pytest's own footprint.
 """
 

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .hf_cache_auth import Layout, PublisherHashes, authenticate, detect_layout, revision_problem
-from .manifest import (Digest, Report, build_manifest, buffer_bytes_for, git_sha1_wanted, hash_files,
-                       manifest_entries, stat_differences, walk_checkpoint, write_manifest)
+from .manifest import (PAGE_CACHE_RULE, Digest, Report, build_manifest, buffer_bytes_for, git_sha1_wanted,
+                       hash_files, manifest_entries, plan_page_cache, stat_differences, walk_checkpoint,
+                       write_manifest)
 from .outcomes import Blocked, gib
 
 REUSE_STATEMENT = "STAT-MATCHED, NOT RE-HASHED"
@@ -107,14 +108,15 @@ def take_custody(req: CustodyRequest, report: Report | None = None) -> Custody:
                           f"{req.reuse.path} (sha256 {req.reuse.sha256}, taken {earlier.get('created_at')}); "
                           "no claim about their content beyond that manifest's digests")
     else:
+        plan = plan_page_cache(layout.root, stats, drop_cache=req.drop_cache)
         digests, hashing_s = hash_files(layout.root, stats, req.workers, git_sha1_for=git_sha1_wanted(stats),
-                                        drop_cache=req.drop_cache, report=report)
+                                        drop_cache=req.drop_cache, report=report, plan=plan)
         total = sum(f.size for f in stats)
         workers = max(1, min(req.workers, len(stats)))
         hashing = {"seconds": round(hashing_s, 3), "bytes_per_s": round(total / hashing_s) if hashing_s else None,
                    "workers": workers, "buffer_bytes_per_worker": buffer_bytes_for(workers),
-                   "page_cache": "POSIX_FADV_SEQUENTIAL while reading, POSIX_FADV_DONTNEED on what was read"
-                   if req.drop_cache else "left as read"}
+                   "page_cache": (f"POSIX_FADV_SEQUENTIAL while reading; {PAGE_CACHE_RULE}: {plan.describe()}"
+                                  if req.drop_cache else "left as read")}
         source = {"kind": "hashed"}
     entries = manifest_entries(stats, digests)
     auth = authenticate(entries, layout, req.revision, req.publisher)

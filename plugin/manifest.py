@@ -1,13 +1,29 @@
 """The custody engine: walk every file of the checkpoint, stat it, SHA-256 it in parallel with bounded memory.
 
-Threads suffice because hashlib releases the GIL while it hashes a large buffer. Each worker owns one
-fixed-size buffer, so memory does not grow with the checkpoint. The kernel is told the reads are sequential
-and the pages already hashed are dropped, so hashing a checkpoint larger than RAM does not flood the page
-cache.
+Threads suffice because hashlib releases the GIL while it hashes a buffer of 2048 bytes or more (CPython's
+HASHLIB_GIL_MINSIZE); every update here is a whole read buffer of 256 KiB. Each worker owns one fixed-size
+buffer, so memory does not grow with the checkpoint. The kernel is told the reads are sequential.
+
+Page cache rule (PAGE_CACHE_RULE), decided per file before hashing from the kernel's own residency (mincore):
+* a file already in the page cache is hashed without dropping it: the engine reads the same files right after,
+  and dropping them would turn that load into a disk read;
+* a cold file is dropped behind the reader only when the checkpoint's cold bytes exceed what the page cache can
+  hold (half of MemAvailable): then the pages kept would be evicted before the engine reaches them anyway
+  (a sequential pass over more than the cache leaves it holding only the tail), and keeping them would push
+  out everyone else's pages. Dropping also made the cold pass itself faster on the measured machine (1.3-2.3 x,
+  benchmarks/RESULTS.md; the likely cause: the reader reuses the pages it just freed instead of growing the
+  cache);
+* a cold checkpoint that fits is left in the cache and read one file at a time (two cold streams at once were
+  slower there): hashing it is then about as fast as a serial loop, but the engine's load that follows reads it
+  from memory, which saves more than dropping would have saved the hash (hashing plus one read of the files:
+  median 1.21 x longer dropped than kept).
 """
 from __future__ import annotations
 
+import ctypes
+import functools
 import hashlib
+import mmap
 import os
 import queue
 import re
@@ -26,10 +42,18 @@ from .rundir import write_json
 
 MANIFEST_SCHEMA = "onegpu/manifest@1"
 MIB = 2**20
-MAX_BUFFER_BYTES = 4 * MIB  # larger buffers measured no faster; smaller ones stay warm in the CPU caches
-MIN_BUFFER_BYTES = 1 * MIB
-BUFFER_BUDGET_BYTES = 32 * MIB  # all workers' buffers together: keeps peak RSS low on many-core hosts
+# One read buffer per worker. 256 KiB (hashlib.file_digest's own size) stays in the core's L2 cache between the
+# copy out of the page cache and the hash; with two threads, 4 MiB buffers measured 1.2-1.4 GB/s against
+# 1.6-1.7 GB/s for 256 KiB on page-cached files (benchmarks/RESULTS.md, chunk size). Still far above the 2048 bytes from
+# which hashlib releases the GIL, so the threads hash in parallel.
+BUFFER_BYTES = 256 * 1024
 DROP_STEP_BYTES = 64 * MIB  # how much is read between two POSIX_FADV_DONTNEED calls
+RESIDENT_SHARE = 0.9  # a file with at least this share of its pages in the page cache counts as cached
+CACHE_ROOM_SHARE = 0.5  # the share of MemAvailable a cold checkpoint may fill before it is dropped behind
+MINCORE_WINDOW_BYTES = 1 << 30  # residency is read through mappings of at most this size (bounded vector)
+PAGE_CACHE_RULE = ("files already in the page cache are left there; cold files are dropped behind the reader "
+                   "(POSIX_FADV_DONTNEED) only when the checkpoint's cold bytes exceed half of MemAvailable, "
+                   "else kept and read one at a time")
 MAX_WORKERS = 32
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -82,15 +106,112 @@ def walk_checkpoint(layout: Layout) -> list[FileStat]:
 
 
 def buffer_bytes_for(workers: int) -> int:
-    """Read buffer per worker (bytes): the budget shared out, whole MiB, 1 to 4 MiB."""
-    share = BUFFER_BUDGET_BYTES // max(1, workers) // MIB * MIB
-    return max(MIN_BUFFER_BYTES, min(MAX_BUFFER_BYTES, share))
+    """Read buffer per worker (bytes): BUFFER_BYTES whatever the count, so memory is workers x 256 KiB."""
+    return BUFFER_BYTES
 
 
 def default_workers(usable_cpus: float | None = None) -> int:
     """One hashing thread per usable CPU (affinity and quota applied when given), at most MAX_WORKERS."""
     cpus = int(usable_cpus) if usable_cpus else len(os.sched_getaffinity(0))
     return max(1, min(MAX_WORKERS, cpus))
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    return libc
+
+
+_LOW_BIT = bytes(b & 1 for b in range(256))  # mincore sets bit 0 of a page's byte when the page is resident
+
+
+def resident_bytes(path: str, size: int) -> int | None:
+    """Bytes of the file in the page cache (whole pages), as mincore(2) reports it for a shared read-only
+    mapping; None when the file cannot be mapped (some file systems, a special file).
+
+    Mapping a file and asking mincore touches none of its pages, so the answer does not change what it
+    measures (a timed read would pull the pages in). Windows of MINCORE_WINDOW_BYTES bound the vector.
+    """
+    if size <= 0:
+        return 0
+    libc = _libc()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        resident = 0
+        vec = ctypes.create_string_buffer(MINCORE_WINDOW_BYTES // mmap.PAGESIZE)
+        for offset in range(0, size, MINCORE_WINDOW_BYTES):
+            length = min(MINCORE_WINDOW_BYTES, size - offset)
+            addr = libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, offset)
+            if addr in (None, ctypes.c_void_p(-1).value):
+                return None
+            try:
+                if libc.mincore(addr, length, vec) != 0:
+                    return None
+            finally:
+                libc.munmap(addr, length)
+            pages = (length + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+            resident += vec.raw[:pages].translate(_LOW_BIT).count(1) * mmap.PAGESIZE
+        return min(resident, size)
+    finally:
+        os.close(fd)
+
+
+def mem_available_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo: what the kernel reckons can be given out without swapping, page cache
+    that can be reclaimed included."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+@dataclass(frozen=True)
+class CachePlan:
+    """What the page cache rule decided for one hashing pass."""
+
+    cached: frozenset[str]  # paths found in the page cache: hashed without dropping
+    drop_cold: bool  # whether the cold files are dropped behind the reader
+    cold_bytes: int
+    room_bytes: int | None  # CACHE_ROOM_SHARE of MemAvailable, when known
+
+    def drops(self, path: str) -> bool:
+        return self.drop_cold and path not in self.cached
+
+    def describe(self) -> str:
+        room = f"{gib(self.room_bytes)} of room" if self.room_bytes is not None else "room unknown"
+        return (f"{len(self.cached)} file(s) found in the page cache, left there; {gib(self.cold_bytes)} cold "
+                f"({room}): " + ("dropped behind the reader" if self.drop_cold else "left in the cache"))
+
+
+def plan_page_cache(root: Path, files: list[FileStat], *, drop_cache: bool = True,
+                    available: int | None = None) -> CachePlan:
+    """Apply the page cache rule (module docstring) to `files`; drop_cache=False never drops anything.
+
+    `available` stands in for MemAvailable (bytes) when given. A file that cannot be mapped counts as cold.
+    """
+    cached, cold = set(), 0
+    for f in files:
+        resident = resident_bytes(str(root / f.path), f.size)
+        if f.size == 0 or (resident is not None and resident >= RESIDENT_SHARE * f.size):
+            cached.add(f.path)
+        else:
+            cold += f.size
+    available = mem_available_bytes() if available is None else available
+    room = int(available * CACHE_ROOM_SHARE) if available is not None else None
+    # Unknown room: drop, as before the rule, so a checkpoint larger than RAM never floods the cache.
+    drop_cold = drop_cache and cold > 0 and (room is None or cold > room)
+    return CachePlan(frozenset(cached), drop_cold, cold, room)
 
 
 @dataclass(frozen=True)
@@ -160,12 +281,15 @@ def progress_line(done: int, total: int, elapsed_s: float, files_done: int, file
 
 
 def hash_files(root: Path, files: list[FileStat], workers: int, *, git_sha1_for: frozenset[str] = frozenset(),
-               drop_cache: bool = True, report: Report | None = None,
-               interval_s: float = 1.0) -> tuple[dict[str, Digest], float]:
+               drop_cache: bool = True, report: Report | None = None, interval_s: float = 1.0,
+               plan: CachePlan | None = None) -> tuple[dict[str, Digest], float]:
     """Digests of all files (path -> Digest) and the wall seconds it took, largest files first across threads.
 
-    Raises Blocked CHECKPOINT_CHANGED when a file vanishes, CHECKPOINT_INCOMPLETE when one cannot be read.
+    Which files are dropped behind the reader follows `plan` (plan_page_cache's, made here when not given;
+    drop_cache=False drops nothing). Raises Blocked CHECKPOINT_CHANGED when a file vanishes, CHECKPOINT_INCOMPLETE when one cannot be read.
     """
+    if plan is None:
+        plan = plan_page_cache(root, files, drop_cache=drop_cache)
     jobs: queue.Queue[FileStat] = queue.Queue()
     for entry in sorted(files, key=lambda f: -f.size):  # largest first keeps the threads busy to the end
         jobs.put(entry)
@@ -177,6 +301,9 @@ def hash_files(root: Path, files: list[FileStat], workers: int, *, git_sha1_for:
     unreadable: list[tuple[str, OSError]] = []
     bugs: list[BaseException] = []
     stop = threading.Event()
+    # Cold files kept in the cache are read one at a time: on the measured virtual disk two such streams at once
+    # hashed slower than one (0.80-0.99 x a serial loop); the other thread meanwhile takes cached or dropped files.
+    cold_kept_stream = threading.Lock()
 
     def work(slot: int) -> None:
         buffer = bytearray(buffer_bytes)
@@ -189,9 +316,17 @@ def hash_files(root: Path, files: list[FileStat], workers: int, *, git_sha1_for:
                 entry = jobs.get_nowait()
             except queue.Empty:
                 return
+            drops = drop_cache and plan.drops(entry.path)
+            one_stream = entry.path not in plan.cached and not drops
             try:
-                results[entry.path] = hash_file(str(root / entry.path), entry, buffer, drop_cache=drop_cache,
-                                                git_sha1=entry.path in git_sha1_for, on_bytes=count, stop=stop)
+                if one_stream:
+                    cold_kept_stream.acquire()
+                try:
+                    results[entry.path] = hash_file(str(root / entry.path), entry, buffer, drop_cache=drops,
+                                                    git_sha1=entry.path in git_sha1_for, on_bytes=count, stop=stop)
+                finally:
+                    if one_stream:
+                        cold_kept_stream.release()
             except _Stopped:
                 return
             except OSError as exc:

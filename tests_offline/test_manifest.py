@@ -21,7 +21,9 @@ from plugin.custody import CustodyRequest, Reuse, covers_every_file, take_custod
 from plugin.hf_cache_auth import (CONTENT_ADDRESS_STATEMENT, PublisherHashesError, detect_layout,
                                   parse_publisher_hashes)
 from plugin.manifest import (DROP_STEP_BYTES, MIB, FileStat, ManifestError, buffer_bytes_for, default_workers,
-                             hash_file, hash_files, load_manifest, progress_line, recheck, walk_checkpoint)
+                             hash_file, hash_files, load_manifest, plan_page_cache, progress_line, recheck,
+                             walk_checkpoint)
+from plugin.manifest import resident_bytes as engine_resident_bytes
 from plugin.outcomes import Blocked
 from tests_offline.page_cache import disk_folder, resident_bytes  # noqa: F401 (disk_folder is a fixture)
 
@@ -200,8 +202,8 @@ def test_a_file_that_vanishes_before_hashing_blocks(tmp_path):
 
 
 def test_buffers_stay_within_budget_whatever_the_worker_count():
-    assert buffer_bytes_for(1) == 4 * MIB and buffer_bytes_for(8) == 4 * MIB
-    assert buffer_bytes_for(16) == 2 * MIB and buffer_bytes_for(64) == MIB
+    # hashlib releases the GIL only for updates of 2048 bytes or more: every buffer must be well above it
+    assert all(2048 < buffer_bytes_for(n) <= MIB for n in range(1, 33))
     assert all(buffer_bytes_for(n) * min(n, 32) <= 32 * MIB for n in range(1, 33))
     assert 1 <= default_workers() <= 32 and default_workers(3.5) == 3
 
@@ -261,6 +263,126 @@ def test_hashing_drops_what_it_read_from_the_page_cache(disk_folder):
     hash_file(str(path), entry, bytearray(MIB))
     assert _resident_fraction(path) < 0.05
 
+
+def _cached_and_dropped(folder: Path, size: int = 9 * MIB) -> tuple[Path, Path, dict[str, str]]:
+    """Two clean files (fsynced: dirty pages cannot be dropped): one read into the page cache, one dropped
+    from it with POSIX_FADV_DONTNEED, both checked with mincore; and their SHA-256 by hashlib."""
+    paths, expected = [], {}
+    for name in ("cached.bin", "dropped.bin"):
+        data = os.urandom(size)
+        expected[name] = hashlib.sha256(data).hexdigest()
+        with open(folder / name, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        paths.append(folder / name)
+    cached, dropped = paths
+    cached.read_bytes()
+    fd = os.open(dropped, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    assert _resident_fraction(cached) > 0.95 and _resident_fraction(dropped) < 0.05
+    return cached, dropped, expected
+
+
+def test_engine_residency_agrees_with_fincore(disk_folder):
+    """The engine's mincore reading against util-linux fincore, an independent implementation."""
+    if shutil.which("fincore") is None:
+        pytest.skip("fincore (util-linux) is not installed")
+    cached, dropped, _ = _cached_and_dropped(disk_folder)
+
+    def fincore(path: Path) -> int:
+        out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
+                             capture_output=True, text=True, check=True).stdout
+        return int(out.split()[0])
+
+    for path in (cached, dropped):
+        assert engine_resident_bytes(str(path), path.stat().st_size) == fincore(path)
+    assert engine_resident_bytes(str(cached), cached.stat().st_size) >= 9 * MIB
+
+
+def test_rule_keeps_a_cached_file_and_drops_cold_files_only_beyond_the_cache_room(disk_folder):
+    cached, dropped, _ = _cached_and_dropped(disk_folder)
+    files = walk_checkpoint(detect_layout(disk_folder))
+    roomy = plan_page_cache(disk_folder, files, available=1 << 40)
+    assert roomy.cached == {"cached.bin"} and roomy.cold_bytes == 9 * MIB
+    assert not roomy.drops("cached.bin") and not roomy.drops("dropped.bin")  # the cold file fits: kept
+    tight = plan_page_cache(disk_folder, files, available=8 * MIB)  # room 4 MiB < 9 MiB cold
+    assert tight.drops("dropped.bin") and not tight.drops("cached.bin")
+    never = plan_page_cache(disk_folder, files, drop_cache=False, available=8 * MIB)
+    assert not never.drops("dropped.bin")
+    # The plan only maps the files: reading residency must not pull the cold file in.
+    assert _resident_fraction(dropped) < 0.05
+
+
+def test_hashing_beyond_the_room_keeps_the_cached_file_and_drops_the_cold_one(disk_folder):
+    cached, dropped, expected = _cached_and_dropped(disk_folder)
+    files = walk_checkpoint(detect_layout(disk_folder))
+    digests, _ = hash_files(disk_folder, files, 2, plan=plan_page_cache(disk_folder, files, available=8 * MIB))
+    assert {k: d.sha256 for k, d in digests.items()} == expected  # warm and cold alike
+    assert _resident_fraction(cached) > 0.95  # in the cache before: left there for the engine's load
+    assert _resident_fraction(dropped) < 0.05  # cold and over the room: dropped behind the reader
+
+
+def test_hashing_within_the_room_leaves_cold_files_cached_for_the_load(disk_folder):
+    cached, dropped, expected = _cached_and_dropped(disk_folder)
+    files = walk_checkpoint(detect_layout(disk_folder))
+    digests, _ = hash_files(disk_folder, files, 2, plan=plan_page_cache(disk_folder, files, available=1 << 40))
+    assert {k: d.sha256 for k, d in digests.items()} == expected
+    assert _resident_fraction(cached) > 0.95 and _resident_fraction(dropped) > 0.95
+
+
+def test_hash_files_without_a_plan_applies_the_rule_itself(disk_folder):
+    """Custody's call (no plan given): a file found in the page cache is never dropped, whatever the room."""
+    cached, _, expected = _cached_and_dropped(disk_folder)
+    digests, _ = hash_files(disk_folder, walk_checkpoint(detect_layout(disk_folder)), 2)
+    assert {k: d.sha256 for k, d in digests.items()} == expected
+    assert _resident_fraction(cached) > 0.95
+
+
+
+def test_cold_files_kept_in_the_cache_are_read_one_at_a_time(disk_folder, monkeypatch):
+    """Two cold reads at once were slower than one on the measured disk: with room to keep them, cold files are
+    read in turn while the other thread may take a cached file."""
+    import threading
+    import time
+
+    import plugin.manifest as manifest
+
+    for i in range(4):
+        with open(disk_folder / f"cold-{i}", "wb") as fh:
+            fh.write(os.urandom(MIB))
+            fh.flush()
+            os.fsync(fh.fileno())
+            os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    files = walk_checkpoint(detect_layout(disk_folder))
+    plan = plan_page_cache(disk_folder, files, available=1 << 40)
+    assert not plan.cached and not plan.drop_cold
+    real, lock, now, most = manifest.hash_file, threading.Lock(), [0], [0]
+
+    def counting(*args, **kwargs):
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        time.sleep(0.05)  # long enough for the other thread to try
+        try:
+            return real(*args, **kwargs)
+        finally:
+            with lock:
+                now[0] -= 1
+
+    monkeypatch.setattr(manifest, "hash_file", counting)
+    digests, _ = hash_files(disk_folder, files, 2, plan=plan)
+    assert len(digests) == 4 and most[0] == 1
+    for f in files:  # the first pass left them cached: cold again
+        fd = os.open(disk_folder / f.path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    plan = plan_page_cache(disk_folder, files, available=0)  # no room: dropped behind, both threads read
+    assert plan.drop_cold
+    most[0] = 0
+    hash_files(disk_folder, files, 2, plan=plan)
+    assert most[0] == 2
 
 # ---------------------------------------------------------------- authentication
 
