@@ -42,13 +42,29 @@ from .interruption import Cut, phase_progress, timeout_detail, unreported
 from .jsonable import FactsFormatError
 from .outcomes import Blocked, parse_reason
 from .receipt import Receipt, now_iso
-from .report_html import attach_html_report, refresh_environment, write_share_summary
 from .rundir import RunFolderError, create_run_folder, reopen_for_resume
 from .session import KIT_KEY, KitSession, kit_of
 from .settings import SettingsError, load_settings
 from .verdicts import phase_verdicts, run_verdict
 
 __version__ = "0.1.0"
+
+
+# The report's modules (pytest-html's report data with jinja2, the summary and insight sections with the plan
+# modules they use) are imported when a session writes its report, not when pytest loads the plugin.
+def attach_html_report(*args, **kwargs):
+    from .report_html import attach_html_report as attach
+    return attach(*args, **kwargs)
+
+
+def refresh_environment(*args, **kwargs):
+    from .report_html import refresh_environment as refresh
+    return refresh(*args, **kwargs)
+
+
+def write_share_summary(*args, **kwargs):
+    from .report_html import write_share_summary as write
+    return write(*args, **kwargs)
 
 pytest_plugins = list(_REWRITTEN)
 
