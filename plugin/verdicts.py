@@ -46,7 +46,8 @@ def phase_verdicts(tests: dict[str, dict], progress: dict[str, dict] | None = No
                       "message": worst.get("message") if verdict != "PASSED" else None, "counts": counts}
         if wait_note:
             out[phase]["message"] = f"{out[phase]['message']}; {wait_note}" if out[phase]["message"] else wait_note
-        codes = sorted({t["code"] for t in ran if t["outcome"] == "blocked" and t.get("code")},
+        # dict.fromkeys keeps the test order for codes of equal consequence (a set's order changes run to run)
+        codes = sorted(dict.fromkeys(t["code"] for t in ran if t["outcome"] == "blocked" and t.get("code")),
                        key=lambda c: -consequence(c))
         if codes:
             out[phase]["codes"] = codes  # every blocked code of the phase, the most consequential first

@@ -89,3 +89,14 @@ def test_within_a_phase_and_across_phases_the_capacity_code_leads():
                                                                                        "HARDWARE_REPLAYED"]
     assert run_verdict(phases) == ("BLOCKED KV_DOES_NOT_FIT in phase plan: KV 9 GiB > 4 GiB; also blocked: "
                                    "IMAGE_MISSING, HARDWARE_REPLAYED")
+
+
+def test_codes_of_equal_consequence_keep_the_test_order_whatever_the_hash_seed():
+    """A set's order of strings changes with PYTHONHASHSEED: the receipt's codes must not."""
+    script = ("import json; from plugin.verdicts import phase_verdicts; "
+              "t = lambda c: {'phase': 'machine', 'outcome': 'blocked', 'code': c, 'message': c}; "
+              "print(json.dumps(phase_verdicts({'a': t('NO_NVIDIA_DRIVER'), 'b': t('NO_GPU_IN_CONTAINERS'), "
+              "'c': t('NO_NVIDIA_DRIVER')})['machine']['codes']))")
+    seen = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(8)}
+    assert seen == {'["NO_NVIDIA_DRIVER", "NO_GPU_IN_CONTAINERS"]\n'}
