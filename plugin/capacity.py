@@ -297,8 +297,11 @@ def _host_offload(plan: OffloadPlan, cap: int) -> Verdict:
                 container_ram_cap_bytes=cap, own_needs_bytes=CONTAINER_OWN_NEEDS_BYTES, room_bytes=room,
                 need_bytes=need, own_needs_assumed=True, accounting=ACCOUNTING)
     if not plan.offloaded:
-        return _ok("host_offload", f"no definite failure: nothing is offloaded, nothing is pinned; RAM cap {gib(cap)} "
-                                   f"minus {_OWN_NEEDS} leaves {gib(room)}", **nums)
+        text = f"nothing is offloaded, nothing is pinned; RAM cap {gib(cap)} minus {_OWN_NEEDS} leaves {gib(room)}"
+        if need > cap:  # the container's own needs alone do not fit its cap
+            return _blocked("host_offload", "INSUFFICIENT_HOST_RAM",
+                            f"the container's own needs exceed its RAM cap by {gib(need - cap)}: {text}", **nums)
+        return _ok("host_offload", f"no definite failure: {text}", **nums)
     text = f"{_pinned_need_text(plan)} + {_OWN_NEEDS} = {gib(need)} vs RAM cap {gib(cap)}"
     if plan.pinning == "exact":
         text += f"; {UNCONFIRMED}"

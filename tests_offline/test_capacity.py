@@ -156,6 +156,15 @@ def test_offload_must_fit_inside_the_ram_cap_minus_the_containers_own_needs():
     assert "ASSUMED" in v.message and "CUDA host context" in v.message
 
 
+def test_a_cap_below_the_containers_own_needs_blocks_even_without_offload():
+    # nothing offloaded, but a 2 GiB cap cannot hold the 8 GiB ASSUMED for the engine process itself
+    v = judge(settings_with(cpu_offload_gib=0, container_ram_gib=2))["host_offload"]
+    assert (v.status, v.code) == ("BLOCKED", "INSUFFICIENT_HOST_RAM")
+    assert "RAM cap 2.00 GiB minus" in v.message and v.numbers["need_bytes"] - v.numbers["container_ram_cap_bytes"] \
+        == 6 * GIB
+    assert judge(settings_with(cpu_offload_gib=0, container_ram_gib=8))["host_offload"].status == "OK"
+
+
 def test_cap_plus_headroom_must_fit_in_the_hosts_available_ram():
     # cap 200 + headroom 16 = 216 GiB > 200 GiB available
     v = judge(settings_with(container_ram_gib=200), host_facts=host(available_gib=200))["host_ram"]
