@@ -49,6 +49,7 @@ from pathlib import Path
 
 import pytest
 
+from plugin.receipt import read_receipt
 from tests_offline.e2e.harness import add_batch, finish, make_project, receipt_of, session
 
 SESSION_TIMEOUT_S = 900
@@ -223,8 +224,9 @@ def _lines(path: Path) -> list[dict]:
 
 
 def _container_id(folder: Path) -> str | None:
+    """The engine container the session recorded (mid-session it is in the receipt's journal)."""
     try:
-        return (json.loads((folder / "receipt.json").read_text()).get("engine") or {}).get("container_id")
+        return (read_receipt(folder).get("engine") or {}).get("container_id")
     except (FileNotFoundError, ValueError):
         return None
 
