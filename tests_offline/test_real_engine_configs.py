@@ -35,6 +35,7 @@ from plugin.kvcache import kv_cache_estimate
 from tests_offline.conftest import REPO_ROOT
 from tests_offline.real_engine.build import CONSTRAINTS
 from tests_offline.real_engine.python_env import VLLM_VERSION, read_pins
+from tests_offline.test_real_engine_image import run_in_image
 
 EXAMPLES = REPO_ROOT / "examples"
 CONFIGS = {"flash": EXAMPLES / "configs" / "MiMo-V2.6-Flash.config.json",
@@ -136,16 +137,8 @@ def facts(docker_client, real_engine_image, folders) -> dict:
     """PROBE's JSON from one container over every folder, each mounted read-only; keyed by folder name."""
     volumes = {str(host): {"bind": f"{MOUNT_ROOT}/{name}", "mode": "ro"} for name, (host, _) in folders.items()}
     command = ["-c", PROBE, json.dumps(VLLM_FIELDS), *(f"{MOUNT_ROOT}/{name}" for name in folders)]
-    container = docker_client.containers.create(
-        real_engine_image, command=command, entrypoint=["python"], network_mode="none",
-        labels={"onegpu.test": "1"}, volumes=volumes, environment={"HF_HUB_OFFLINE": "1"})
-    try:
-        container.start()
-        status = container.wait(timeout=CONTAINER_TIMEOUT_S)["StatusCode"]
-        stdout = container.logs(stdout=True, stderr=False).decode(errors="replace")
-        stderr = container.logs(stdout=False, stderr=True).decode(errors="replace")
-    finally:
-        container.remove(force=True)
+    status, stdout, stderr = run_in_image(docker_client, real_engine_image, command, ["python"], CONTAINER_TIMEOUT_S,
+                                          volumes=volumes, environment={"HF_HUB_OFFLINE": "1"})
     lines = [line for line in stdout.splitlines() if line.startswith("ONEGPU-FACTS ")]
     assert status == 0 and lines, f"the probe exited {status}\nstdout:\n{stdout[-4000:]}\nstderr:\n{stderr[-4000:]}"
     found = json.loads(lines[-1].removeprefix("ONEGPU-FACTS "))

@@ -27,13 +27,15 @@ def real_engine_image(docker_client) -> str:
         pytest.fail(f"the real-engine image could not be built: {type(exc).__name__}: {exc}", pytrace=False)
 
 
-def run_in_image(client, image_id: str, command: list[str], entrypoint: list[str] | None = None):
-    """(exit status, stdout, stderr) of `command` in a fresh container with no network, removed after."""
+def run_in_image(client, image_id: str, command: list[str], entrypoint: list[str] | None = None,
+                 timeout_s: int = CONTAINER_TIMEOUT_S, **create):
+    """(exit status, stdout, stderr) of `command` in a fresh container with no network, removed after; `create`
+    adds docker create arguments (volumes, environment)."""
     container = client.containers.create(image_id, command=command, entrypoint=entrypoint, network_mode="none",
-                                         labels={"onegpu.test": "1"})
+                                         labels={"onegpu.test": "1"}, **create)
     try:
         container.start()
-        status = container.wait(timeout=CONTAINER_TIMEOUT_S)["StatusCode"]
+        status = container.wait(timeout=timeout_s)["StatusCode"]
         stdout = container.logs(stdout=True, stderr=False).decode(errors="replace")
         stderr = container.logs(stdout=False, stderr=True).decode(errors="replace")
     finally:
