@@ -251,7 +251,7 @@ def render_warm_cold(f: dict) -> str:
 | ratio, same round | each round | |
 |---|---|---|
 | engine / serial, warm | {col('engine_vs_serial_warm', '.2f', 1)} | {span('engine_vs_serial_warm')} |
-| engine / serial, cold (rule within the room: kept, one file at a time) | {col('engine_vs_serial_cold', '.2f', 1)} | {span('engine_vs_serial_cold')} |
+| engine / serial, cold (rule within the room: kept) | {col('engine_vs_serial_cold', '.2f', 1)} | {span('engine_vs_serial_cold')} |
 | engine, cold, kept / floor | {col('engine_vs_floor_cold', '.2f', 1)} | {span('engine_vs_floor_cold')} |
 | engine, cold, dropped behind (the rule beyond the room) / serial, cold | {col('drop_vs_serial_cold', '.2f', 1)} | {span('drop_vs_serial_cold')} |
 | engine, cold, dropped behind / floor | {col('drop_vs_floor_cold', '.2f', 1)} | {span('drop_vs_floor_cold')} |

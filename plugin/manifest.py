@@ -13,10 +13,9 @@ Page cache rule (PAGE_CACHE_RULE), decided per file before hashing from the kern
   out everyone else's pages. Dropping also made the cold pass itself faster on the measured machine (1.3-2.3 x,
   benchmarks/RESULTS.md; the likely cause: the reader reuses the pages it just freed instead of growing the
   cache);
-* a cold checkpoint that fits is left in the cache and read one file at a time (two cold streams at once were
-  slower there): hashing it is then about as fast as a serial loop, but the engine's load that follows reads it
-  from memory, which saves more than dropping would have saved the hash (hashing plus one read of the files:
-  median 1.21 x longer dropped than kept).
+* a cold checkpoint that fits is left in the cache, read by every thread as the others are: on a quiet machine
+  that hashed 1.44 x as fast as a serial loop (its cold floor: 1.08 x), and the engine's load that follows reads
+  it from memory (hashing plus one read of the files: 1.60 x longer dropped than kept, benchmarks/RESULTS.md).
 """
 from __future__ import annotations
 
@@ -53,7 +52,7 @@ CACHE_ROOM_SHARE = 0.5  # the share of MemAvailable a cold checkpoint may fill b
 MINCORE_WINDOW_BYTES = 1 << 30  # residency is read through mappings of at most this size (bounded vector)
 PAGE_CACHE_RULE = ("files already in the page cache are left there; cold files are dropped behind the reader "
                    "(POSIX_FADV_DONTNEED) only when the checkpoint's cold bytes exceed half of MemAvailable, "
-                   "else kept and read one at a time")
+                   "else kept")
 MAX_WORKERS = 32
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -301,9 +300,6 @@ def hash_files(root: Path, files: list[FileStat], workers: int, *, git_sha1_for:
     unreadable: list[tuple[str, OSError]] = []
     bugs: list[BaseException] = []
     stop = threading.Event()
-    # Cold files kept in the cache are read one at a time: on the measured virtual disk two such streams at once
-    # hashed slower than one (0.80-0.99 x a serial loop); the other thread meanwhile takes cached or dropped files.
-    cold_kept_stream = threading.Lock()
 
     def work(slot: int) -> None:
         buffer = bytearray(buffer_bytes)
@@ -317,16 +313,9 @@ def hash_files(root: Path, files: list[FileStat], workers: int, *, git_sha1_for:
             except queue.Empty:
                 return
             drops = drop_cache and plan.drops(entry.path)
-            one_stream = entry.path not in plan.cached and not drops
             try:
-                if one_stream:
-                    cold_kept_stream.acquire()
-                try:
-                    results[entry.path] = hash_file(str(root / entry.path), entry, buffer, drop_cache=drops,
-                                                    git_sha1=entry.path in git_sha1_for, on_bytes=count, stop=stop)
-                finally:
-                    if one_stream:
-                        cold_kept_stream.release()
+                results[entry.path] = hash_file(str(root / entry.path), entry, buffer, drop_cache=drops,
+                                                git_sha1=entry.path in git_sha1_for, on_bytes=count, stop=stop)
             except _Stopped:
                 return
             except OSError as exc:

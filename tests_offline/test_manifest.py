@@ -341,11 +341,10 @@ def test_hash_files_without_a_plan_applies_the_rule_itself(disk_folder):
 
 
 
-def test_cold_files_kept_in_the_cache_are_read_one_at_a_time(disk_folder, monkeypatch):
-    """Two cold reads at once were slower than one on the measured disk: with room to keep them, cold files are
-    read in turn while the other thread may take a cached file."""
+def test_cold_files_are_read_by_both_threads_kept_or_dropped(disk_folder, monkeypatch):
+    """Two cold streams at once hashed faster than one on a quiet machine, whether the files stay in the cache
+    (room for them) or are dropped behind (no room): both threads read cold files together either way."""
     import threading
-    import time
 
     import plugin.manifest as manifest
 
@@ -356,39 +355,23 @@ def test_cold_files_kept_in_the_cache_are_read_one_at_a_time(disk_folder, monkey
             os.fsync(fh.fileno())
             os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
     files = walk_checkpoint(detect_layout(disk_folder))
-    plan = plan_page_cache(disk_folder, files, available=1 << 40)
-    assert not plan.cached and not plan.drop_cold
-    real, lock, now, most = manifest.hash_file, threading.Lock(), [0], [0]
+    real = manifest.hash_file
+    for available, drops in ((1 << 40, False), (0, True)):
+        for f in files:  # cold before each pass (the kept pass leaves them cached)
+            fd = os.open(disk_folder / f.path, os.O_RDONLY)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
+        plan = plan_page_cache(disk_folder, files, available=available)
+        assert not plan.cached and plan.drop_cold is drops
+        together = threading.Barrier(2, timeout=10)  # broken (and the hashing fails) unless both read at once
 
-    def counting(*args, **kwargs):
-        with lock:
-            now[0] += 1
-            most[0] = max(most[0], now[0])
-        time.sleep(0.05)  # long enough for the other thread to try
-        try:
+        def meeting(*args, **kwargs):
+            together.wait()
             return real(*args, **kwargs)
-        finally:
-            with lock:
-                now[0] -= 1
 
-    monkeypatch.setattr(manifest, "hash_file", counting)
-    digests, _ = hash_files(disk_folder, files, 2, plan=plan)
-    assert len(digests) == 4 and most[0] == 1
-    for f in files:  # the first pass left them cached: cold again
-        fd = os.open(disk_folder / f.path, os.O_RDONLY)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.close(fd)
-    plan = plan_page_cache(disk_folder, files, available=0)  # no room: dropped behind, both threads read
-    assert plan.drop_cold
-    together = threading.Barrier(2, timeout=10)  # broken (and the hashing fails) unless both read at once
-
-    def meeting(*args, **kwargs):
-        together.wait()
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(manifest, "hash_file", meeting)
-    digests, _ = hash_files(disk_folder, files, 2, plan=plan)
-    assert len(digests) == 4
+        monkeypatch.setattr(manifest, "hash_file", meeting)
+        digests, _ = hash_files(disk_folder, files, 2, plan=plan)
+        assert len(digests) == 4
 
 
 # ---------------------------------------------------------------- authentication
