@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests_offline.e2e.harness import add_batch, finish, make_project, outcomes, receipt_of, session
+from tests_offline.e2e.harness import add_batch, finish, make_project, outcomes, receipt_of, session, wait_for
 
 # The throwaway project and its sessions are tests_offline/e2e/harness.py's (the stub engine seam); the image
 # comes from the `stub_tag` fixture of tests_offline/conftest.py.
@@ -83,16 +83,6 @@ def test_pytest_timeout_mid_boot_still_removes_the_container(docker_client, tmp_
     assert receipt["phases"]["load"]["verdict"] == "INTERRUPTED" and receipt["phases"]["canary"]["verdict"] == "INTERRUPTED"
     assert receipt["engine"]["end"]["removed"] and receipt["engine"]["end"]["state_at_end"]["status"] == "running"
     assert kit_containers(docker_client, "slow") == []
-
-
-def wait_for(predicate, timeout_s: float, what: str, step_s: float = 0.1):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def engine_container(client, run_id: str):

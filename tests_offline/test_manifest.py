@@ -25,6 +25,7 @@ from plugin.manifest import (DROP_STEP_BYTES, MIB, FileStat, ManifestError, buff
                              walk_checkpoint)
 from plugin.manifest import resident_bytes as engine_resident_bytes
 from plugin.outcomes import Blocked
+from tests_offline.docker_required import ci_demands_docker
 from tests_offline.page_cache import disk_folder, resident_bytes  # noqa: F401 (disk_folder is a fixture)
 
 pytest_plugins = ["pytester"]
@@ -288,6 +289,8 @@ def _cached_and_dropped(folder: Path, size: int = 9 * MIB) -> tuple[Path, Path, 
 def test_engine_residency_agrees_with_fincore(disk_folder):
     """The engine's mincore reading against util-linux fincore, an independent implementation."""
     if shutil.which("fincore") is None:
+        if ci_demands_docker():
+            pytest.fail("CI=true: fincore (util-linux) is not installed", pytrace=False)
         pytest.skip("fincore (util-linux) is not installed")
     cached, dropped, _ = _cached_and_dropped(disk_folder)
 

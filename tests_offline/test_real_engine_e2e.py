@@ -11,26 +11,15 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from tests_offline.e2e.harness import add_batch, finish, make_project, outcomes, receipt_of, session
+from tests_offline.e2e.harness import add_batch, finish, make_project, outcomes, receipt_of, session, wait_for
 from tests_offline.lm_eval_driver import run_lm_eval
 
 BATCH = 6
 SESSION_TIMEOUT_S = 900
-
-
-def wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def ready_connection(folder: Path):
@@ -77,7 +66,8 @@ def test_a_whole_approved_session_on_the_real_engine_passes_every_phase(docker_c
     folder = project / "runs" / "real"
     seen: dict = {}
     try:
-        connection = wait_for(lambda: ready_connection(folder), SESSION_TIMEOUT_S, "the serve window to be READY")
+        connection = wait_for(lambda: ready_connection(folder), SESSION_TIMEOUT_S, "the serve window to be READY",
+                              step_s=0.25)
         worker = threading.Thread(target=use_the_window, args=(connection, tmp_path, seen))
         worker.start()
         worker.join(600)

@@ -44,13 +44,12 @@ import html
 import json
 import shutil
 import struct
-import time
 from pathlib import Path
 
 import pytest
 
 from plugin.receipt import read_receipt
-from tests_offline.e2e.harness import add_batch, finish, make_project, receipt_of, session
+from tests_offline.e2e.harness import add_batch, finish, make_project, receipt_of, session, wait_for
 
 SESSION_TIMEOUT_S = 900
 MODEL = "qwen3-moe"
@@ -207,16 +206,6 @@ def test_a_kv_cache_over_what_the_ram_cap_leaves_is_refused_in_the_engines_own_w
     assert failure["oom_killed"] is False and failure["oom_kill_count_rose"] is False
 
 
-def wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
 def _lines(path: Path) -> list[dict]:
     """The complete JSON lines of a record file (one being written may end in a partial line)."""
     text = path.read_text() if path.exists() else ""
@@ -274,10 +263,10 @@ def _inject_mid_batch(docker_client, proc, folder: Path, script: str, after: int
     None if the session ended first. `earlier`: the container ID an earlier session left in the receipt."""
     cid = wait_for(lambda: proc.poll() is not None or (_container_id(folder) not in (None, earlier)
                                                        and _container_id(folder)), SESSION_TIMEOUT_S,
-                   "the engine container")
+                   "the engine container", step_s=0.25)
     answered = len(_lines(folder / "responses.jsonl"))
     wait_for(lambda: len(_lines(folder / "responses.jsonl")) >= answered + after or proc.poll() is not None,
-             SESSION_TIMEOUT_S, f"{after} more answer(s)")
+             SESSION_TIMEOUT_S, f"{after} more answer(s)", step_s=0.25)
     if proc.poll() is not None:
         return None
     code, output = docker_client.containers.get(cid).exec_run(["python3", "-c", script])

@@ -24,6 +24,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -125,6 +126,17 @@ def session(project: Path, out: str, engine_env: dict | None = None, *extra: str
 def finish(proc: subprocess.Popen, timeout_s: float = 300) -> str:
     out, _ = proc.communicate(timeout=timeout_s)
     return out
+
+
+def wait_for(predicate, timeout_s: float, what: str, step_s: float = 0.1):
+    """predicate()'s first truthy value, polled every step_s; an AssertionError naming `what` after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def receipt_of(project: Path, out: str) -> dict:
