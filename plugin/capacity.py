@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from .checkpoint_model import CheckpointFacts
 from .hardware_model import GpuDevice, HostFacts
 from .kvcache import KvEstimate
-from .offload import ACCOUNTING, RULES, OffloadPlan, expert_method, offload_plan, where_lines
+from .offload import OffloadPlan, expert_method, offload_plan, where_lines
+from .offload_rules import ACCOUNTING, RULES
 from .outcomes import Blocked, gib
 from .towers import has_towers  # the tower sections of config.json, as the launch reads them
 

@@ -13,7 +13,7 @@ from .image import describe_image, resolve_local_image
 from .jsonable import to_json
 from .kvcache import kv_cache_estimate
 from .machine_checks import require_docker, select_gpu
-from .offload import rules_json
+from .offload_rules import rules_json
 from .outcomes import Blocked
 from .plan import SYNTHETIC_LINE, PlanFileError, load_plan, plan_bytes, plan_digest, plan_document, \
     require_same_plan

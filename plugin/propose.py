@@ -17,7 +17,8 @@ from types import SimpleNamespace
 from . import strict_json
 from .shown import as_json
 from .capacity import CONTAINER_OWN_NEEDS_BYTES, GPU_UTILIZATION, UNCONFIRMED, capacity_verdicts, kit_plan
-from .offload import ACCOUNTING, RULES, engine_layout, where_lines
+from .offload import engine_layout, where_lines
+from .offload_rules import ACCOUNTING, RULES
 from .outcomes import Blocked, gib
 from .settings import ASSUMED_DEFAULTS, OWN_FIELDS, SettingsError, check_field
 

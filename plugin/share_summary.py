@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from .gpu_lock import LIMITATION as GPU_LOCK_LIMITATION
-from .offload import ACCOUNTING
+from .kv_pool import ACCOUNTING
 from .outcomes import CODES, consequence
 from .receipt import PHASES
 from .share_shapes import SHAPES, WITHHELD, gib, number, shaped

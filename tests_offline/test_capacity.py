@@ -4,7 +4,8 @@ from types import SimpleNamespace
 
 from plugin.capacity import CHECKS, GPU_CHECKS, TABLE_TITLE, capacity_table, capacity_verdicts
 from plugin.checkpoint import read_checkpoint
-from plugin.offload import ACCOUNTING, RULES, engine_layout, offload_plan, rules_json
+from plugin.offload import engine_layout, offload_plan
+from plugin.offload_rules import ACCOUNTING, RULES, rules_json
 from plugin.checkpoint_model import CheckpointFacts, QuantFacts, TensorInfo
 from plugin.hardware_model import CgroupFacts, GpuDevice, HostFacts
 from plugin.kvcache import kv_cache_estimate
