@@ -7,6 +7,10 @@ written by examples/make_mimo_checkpoint.py) every round times, in a rotating or
   * the header scan alone: read_checkpoint over the same checkpoint, its CPU taken inside the process around the
     call (the imports before it are not the scan's);
   * `python -c "import pytest"`: the interpreter and pytest, which any pytest session pays.
+Children run as Python runs by default, writing and reusing compiled bytecode (the warm-up writes it; an
+installed package has it from the installer); the environment's PYTHONDONTWRITEBYTECODE is removed for them. The
+session is also timed with PYTHONDONTWRITEBYTECODE=1 (every kit module compiled, and the test modules' asserts
+rewritten, anew), shown apart and not judged.
 Each child's CPU (user + system) and peak RSS come from wait4(2). The figure judged is, round by round,
 session CPU / (scan CPU + `import pytest` CPU); its median is quoted. The session also loads a small probe plugin
 (below) that adds up the CPU spent writing evidence: receipt journal lines and whole writes, pytest-html's
@@ -87,8 +91,13 @@ print(time.process_time() - start)
 '''
 
 
+# Python's default: compiled bytecode written beside the sources and reused.
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def run_child(argv: list[str], env: dict | None = None) -> dict:
     """Wall, CPU (user + system) and peak RSS of one child process; its stdout."""
+    env = CHILD_ENV if env is None else env
     start = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     out = proc.stdout.read()
@@ -138,15 +147,18 @@ def measure(root: Path, rounds: int, work: Path) -> dict:
     probe_dir = work / "probe"
     probe_dir.mkdir(exist_ok=True)
     (probe_dir / "onegpu_bench_probe.py").write_text(PROBE)
-    env = {**os.environ, "PYTHONPATH": f"{probe_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    rows = {"session": [], "scan": [], "import_pytest": []}
+    env = {**CHILD_ENV, "PYTHONPATH": f"{probe_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    rows = {"session": [], "scan": [], "import_pytest": [], "session_uncached": []}
     shares = []
 
-    def session(n: int) -> dict:
+    def session(n: int, uncached: bool = False) -> dict:
         out = work / f"run-{root.name}-{n}"
         probe_out = work / f"probe-{n}.json"
+        child_env = {**env, "ONEGPU_BENCH_PROBE_OUT": str(probe_out)}
+        if uncached:
+            child_env["PYTHONDONTWRITEBYTECODE"] = "1"
         result = run_child([sys.executable, "-m", "pytest", "-m", "scan", f"--settings={settings}", f"--out={out}",
-                            "-p", "onegpu_bench_probe", "-q"], {**env, "ONEGPU_BENCH_PROBE_OUT": str(probe_out)})
+                            "-p", "onegpu_bench_probe", "-q"], child_env)
         if result["rc"] not in (0, 1) or not (out / "receipt.json").is_file():
             raise SystemExit(f"the scan session failed (exit {result['rc']}):\n{result['out'][-3000:]}")
         result["probe"] = json.loads(probe_out.read_text())
@@ -161,16 +173,16 @@ def measure(root: Path, rounds: int, work: Path) -> dict:
     def import_pytest(_n: int) -> dict:
         return run_child([sys.executable, "-c", "import pytest"])
 
-    figures = {"session": session, "scan": scan, "import_pytest": import_pytest}
+    figures = {"session": session, "scan": scan, "import_pytest": import_pytest,
+               "session_uncached": lambda n: session(n, uncached=True)}
     names = list(figures)
     for name in names:
         figures[name](-1)  # warm-up: page cache, compiled files
     for n in range(rounds):
-        order = names[n % 3:] + names[:n % 3]
+        order = names[n % 4:] + names[:n % 4]
         for name in order:
             rows[name].append(figures[name](n))
-        probe = rows["session"][-1]["probe"]
-        shares.append(probe)
+        shares.append(rows["session"][-1]["probe"])
     ratios = [s["cpu_s"] / (c["cpu_in_process_s"] + i["cpu_s"])
               for s, c, i in zip(rows["session"], rows["scan"], rows["import_pytest"])]
     evidence = [(p["receipt"] + p["report"] + p["summary"]) / p["process_cpu_s"] for p in shares]
@@ -217,7 +229,8 @@ def main() -> int:
              "* Every figure below is a median over the rounds; the ratio is taken round by round (same moment).",
              "", "| checkpoint | tensors | session CPU s | scan alone CPU s | `import pytest` CPU s | "
                  "session / (scan + import) | session peak RSS MiB | scan alone peak RSS MiB | evidence writing, "
-                 "share of session CPU |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                 "share of session CPU | session CPU s, bytecode not cached (not judged) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     with tempfile.TemporaryDirectory(prefix="onegpu-bench-session-") as tmp:
         for label, root in checkpoints:
             got = measure(root, args.rounds, Path(tmp))
@@ -230,7 +243,8 @@ def main() -> int:
                 f"{statistics.median(got['evidence_share']):.1%} (receipt "
                 f"{statistics.median(p['receipt'] for p in got['probes']):.3f} s, report "
                 f"{statistics.median(p['report'] for p in got['probes']):.3f} s, summary "
-                f"{statistics.median(p['summary'] for p in got['probes']):.3f} s) |")
+                f"{statistics.median(p['summary'] for p in got['probes']):.3f} s) | "
+                f"{_med(rows['session_uncached'], 'cpu_s'):.2f} |")
             print(lines[-1], flush=True)
     startup = measure_startup(args.rounds)
     lines += ["", f"* Startup: the kit's imports (`python -c \"import {', '.join(KIT_MODULES)}\"`) "

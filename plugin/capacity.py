@@ -8,6 +8,7 @@ name the vLLM file and function of each): the host verdicts count the bytes vLLM
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import compress
 
 from .checkpoint_model import CheckpointFacts
 from .hardware_model import GpuDevice, HostFacts
@@ -120,7 +121,8 @@ def capacity_verdicts(settings, gpu: GpuDevice | None, host: HostFacts, ckpt: Ch
 def _weights(ckpt: CheckpointFacts) -> Verdict:
     by_dtype = ", ".join(f"{d} {gib(b)}" for d, b in sorted(ckpt.bytes_by_dtype.items(), key=lambda kv: -kv[1]))
     by_role = ", ".join(f"{_ROLE_NAMES.get(r, r)} {gib(b)}" for r, b in ckpt.bytes_by_role.items())
-    mtp = sum(t.nbytes for t in ckpt.tensors if ".mtp." in t.name)
+    table = ckpt.tensors
+    mtp = sum(compress(table.nbytes, [".mtp." in name for name in table.names]))
     extra = f"; {gib(mtp)} of it in draft (MTP) layers the engine loads only for speculative decoding" if mtp else ""
     return _ok("weights", f"header bytes {gib(ckpt.weight_bytes)} ({ckpt.weight_bytes:,} B): by dtype {by_dtype}; "
                           f"by role {by_role}{extra}",

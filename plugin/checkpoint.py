@@ -11,18 +11,20 @@ import os
 import shutil
 from contextlib import contextmanager
 from dataclasses import replace
-from itertools import compress, repeat
+from array import array
+from itertools import accumulate, chain, compress, repeat
 from math import prod
 from operator import not_, sub
 from pathlib import Path
 
 from .checkpoint_files import cache_layout, list_files, normal_name, shard_name_problem
-from .checkpoint_model import ROLES, SYNTHETIC_METADATA_KEY, CheckpointFacts, ShardFacts, TensorInfo
+from .checkpoint_model import ROLES, SYNTHETIC_METADATA_KEY, CheckpointFacts, ShardFacts, TensorTable
+from .index_bulk import decode_index
 from .outcomes import Blocked, gib
 from .quant_config import quant_facts
 from .safetensors_header import HeaderError, ShardHeader, brief, decode_json, read_header
 from .shown import cut
-from .tensor_roles import layer_index, packed_rows, tensor_roles
+from .tensor_roles import collapse_experts, layer_index, packed_rows, tensor_role
 
 CONFIG_NAME = "config.json"
 INDEX_NAME = "model.safetensors.index.json"
@@ -57,18 +59,27 @@ def _read(root: Path) -> CheckpointFacts:
     present = set(listing.files)
     config = _json_object(root, CONFIG_NAME)
     side = _json_object(root, MODELOPT_NAME) if MODELOPT_NAME in present else None
-    index_file, weight_map, total_size = _index(root, present)
+    index_file, weight_map, total_size = _index(root, present, listing.files)
     shards = list(dict.fromkeys(weight_map.values())) if weight_map is not None else [SINGLE_NAME]
     _check_shards_present(shards, present, listing.dangling)
-    headers = {name: _header(root, name) for name in shards}
-    if weight_map is None:
-        weight_map = dict.fromkeys(headers[SINGLE_NAME].names, SINGLE_NAME)
-        if not weight_map:
-            raise Blocked("CHECKPOINT_CORRUPT", f"{SINGLE_NAME}: the shard holds no tensors")
-    tensors, totals = _tensor_rows(weight_map, headers)
+    # Shard by shard: each header's columns are folded into the table and dropped before the next is read.
+    table, shard_facts, synthetic = _TableBuilder(), [], False
+    for name in shards:
+        header = _header(root, name)
+        if weight_map is None:
+            weight_map = dict.fromkeys(header.names, SINGLE_NAME)
+            if not weight_map:
+                raise Blocked("CHECKPOINT_CORRUPT", f"{SINGLE_NAME}: the shard holds no tensors")
+        table.add(name, header, weight_map)
+        shard_facts.append(ShardFacts(name, header.file_bytes, header.header_bytes, len(header.names)))
+        synthetic = synthetic or SYNTHETIC_METADATA_KEY in header.metadata
+        del header
+    tensors, totals = table.finish(weight_map)
+    del weight_map
     _check_unlisted(root, listing.files, shards, index_file)
-    facts = _facts(root, layout, config, side, index_file, total_size, headers, tensors, totals, listing)
-    _check_total_size(facts, headers)
+    facts = _facts(root, layout, config, side, index_file, total_size, shard_facts, synthetic, tensors, totals,
+                   listing)
+    _check_total_size(facts)
     _check_rest(facts, listing)
     return facts
 
@@ -91,8 +102,9 @@ def _gc_paused():
             gc.enable()
 
 
-def _json_object(root: Path, name: str) -> dict:
-    """A small JSON file of the checkpoint, strictly parsed, that must hold an object."""
+def _json_object(root: Path, name: str, bulk=None) -> dict:
+    """A small JSON file of the checkpoint, strictly parsed, that must hold an object. `bulk(raw)` may answer the
+    value first (index_bulk), or None to have it read the plain way."""
     path = root / name
     try:
         with open(path, "rb") as fh:
@@ -105,6 +117,9 @@ def _json_object(root: Path, name: str) -> dict:
         raise Blocked("CHECKPOINT_MISSING", f"{name} is missing from the checkpoint folder {root}") from None
     except OSError as exc:
         raise Blocked("CHECKPOINT_INCOMPLETE", f"{name}: cannot be read ({exc.strerror})") from None
+    value = bulk(raw) if bulk is not None else None
+    if value is not None:
+        return value
     try:
         value = decode_json(raw)
     except ValueError as exc:
@@ -114,14 +129,22 @@ def _json_object(root: Path, name: str) -> dict:
     return value
 
 
-def _index(root: Path, present: set) -> tuple[str | None, dict | None, int | None]:
+def _index(root: Path, present: set, files: list[str]) -> tuple[str | None, dict | None, int | None]:
     """(index file name, weight_map, metadata.total_size), or (None, None, None) for a single shard."""
     if INDEX_NAME not in present:
         if SINGLE_NAME in present:
             return None, None, None
         raise Blocked("CHECKPOINT_MISSING", f"neither {INDEX_NAME} nor {SINGLE_NAME} is in the checkpoint "
                       f"folder {root}")
-    index = _json_object(root, INDEX_NAME)
+    shard_files = [f for f in files if f.endswith(".safetensors")]
+    shared = []  # [True] when the bulk decoder read the index: its entries share one string per shard already
+
+    def bulk(raw: bytes) -> dict | None:
+        value = decode_index(raw, shard_files)
+        shared.append(value is not None)
+        return value
+
+    index = _json_object(root, INDEX_NAME, bulk)
     weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict):
         raise Blocked("CHECKPOINT_CORRUPT", f"{INDEX_NAME}: weight_map must be an object of tensor name to shard file")
@@ -135,11 +158,17 @@ def _index(root: Path, present: set) -> tuple[str | None, dict | None, int | Non
     if not_text:
         raise Blocked("CHECKPOINT_CORRUPT", f"{INDEX_NAME}: weight_map[{brief(not_text[0])}] must be a shard "
                       f"file name, not {brief(not_text[1])}")
-    for shard in dict.fromkeys(weight_map.values()):  # each distinct shard name once
+    shards = {shard: shard for shard in weight_map.values()}  # each distinct shard name once
+    for shard in shards:
         problem = shard_name_problem(shard)
         if problem:
             tensor = next(t for t, s in weight_map.items() if s == shard)
             raise Blocked("CHECKPOINT_CORRUPT", f"{INDEX_NAME}: tensor {brief(tensor)} -> {brief(shard)}: {problem}")
+    # The plain parser makes one string per entry: ~10^5 copies of ~10^3 shard names. One object per shard
+    # instead, as the bulk decoder gives (assigning existing keys leaves the dict's size and order as they are).
+    if shared != [True]:
+        for tensor, shard in weight_map.items():
+            weight_map[tensor] = shards[shard]
     metadata = index.get("metadata", {})
     if metadata is None:
         metadata = {}
@@ -193,57 +222,109 @@ def _check_unlisted(root: Path, files: list[str], shards: list[str], index_file:
                           "another download? the engine could load it)")
 
 
-def _tensor_rows(weight_map: dict, headers: dict[str, ShardHeader]) -> tuple[list[TensorInfo], dict]:
-    """Every header entry against the index: the index must name the same tensors in the same shards.
+class _TableBuilder:
+    """The TensorTable, a shard at a time, checked against the index, with the byte and parameter totals.
 
-    Returns the rows (shard by shard, in header order) and the byte/parameter totals; raises Blocked
-    CHECKPOINT_CORRUPT for a tensor the index places elsewhere (or nowhere), CHECKPOINT_INCOMPLETE for one
-    no header holds. Works a shard at a time on columns (C-level map/zip/compress), as a 1 T checkpoint has
-    ~10^5 tensors.
+    Works on each shard's columns (C-level map/zip/compress), as a 1 T checkpoint has ~10^5 tensors. Role and
+    layer are read once per expert group (TensorTable): the names of a group differ only in the expert number,
+    which neither reads.
     """
-    rows: list[TensorInfo] = []
-    stray: list[str] = []
-    by_dtype: dict[str, int] = {}
-    params: dict[str, int] = {}
-    packed: dict[str, int] = {}
-    by_role = dict.fromkeys(ROLES, 0)
-    for shard, header in headers.items():
+
+    def __init__(self):
+        self.names: list[str] = []
+        self.dtype_codes: dict[str, int] = {}
+        self.dtype_of = bytearray()
+        self.nbytes, self.shape_dims, self.shape_ends = array("q"), array("q"), array("q")
+        self.shards: list[str] = []
+        self.shard_of, self.layers, self.group_of, self.group_first = array("q"), array("q"), array("q"), array("q")
+        self.role_of = bytearray()
+        self.groups: dict[str, int] = {}  # collapsed name -> group number
+        self.group_role: list[int] = []
+        self.group_layer: list[int] = []
+        self.stray: list[str] = []
+        self.by_dtype: dict[str, int] = {}
+        self.params: dict[str, int] = {}
+        self.packed: dict[str, int] = {}
+        self.by_role = dict.fromkeys(ROLES, 0)
+
+    def add(self, shard: str, header: ShardHeader, weight_map: dict) -> None:
         names, dtypes, shapes = header.names, header.dtypes, header.shapes
         if not names:
-            continue
+            return
         if list(map(weight_map.get, names)) != [shard] * len(names):
-            stray += [f"{n} (in {shard}; the index says {weight_map.get(n) or 'nothing'})"
-                      for n in names if weight_map.get(n) != shard]
-            continue
+            self.stray += [f"{n} (in {shard}; the index says {weight_map.get(n) or 'nothing'})"
+                           for n in names if weight_map.get(n) != shard]
+            return
+        start = len(self.names)
         sizes = list(map(sub, header.ends, header.starts))
-        roles = tensor_roles(names)
-        rows += map(TensorInfo, names, dtypes, shapes, sizes, repeat(shard), roles, map(layer_index, names))
-        for role in set(roles):
-            by_role[role] += sum(compress(sizes, map(role.__eq__, roles)))
+        ids = self._group_ids(names, start)
+        self.names += names
+        self.nbytes.extend(sizes)
+        codes = self.dtype_codes
+        for dtype in set(dtypes).difference(codes):
+            codes[dtype] = len(codes)
+        self.dtype_of += bytes(map(codes.__getitem__, dtypes))
+        self.shape_dims.extend(chain.from_iterable(shapes))
+        self.shape_ends.extend(accumulate(map(len, shapes), initial=self.shape_ends[-1] if start else 0))
+        del self.shape_ends[start]  # the initial value accumulate repeats
+        self.shards.append(shard)
+        self.shard_of.extend(repeat(len(self.shards) - 1, len(names)))
+        self.group_of.extend(ids)
+        role_codes = bytes(map(self.group_role.__getitem__, ids))
+        self.role_of += role_codes
+        self.layers.extend(map(self.group_layer.__getitem__, ids))
+        for code in set(role_codes):
+            self.by_role[ROLES[code]] += sum(compress(sizes, map(code.__eq__, role_codes)))
+        self._dtype_totals(names, dtypes, shapes, sizes)
+
+    def _group_ids(self, names: list[str], start: int) -> list[int]:
+        collapsed = collapse_experts(names) or names
+        groups = self.groups
+        new = dict.fromkeys(collapsed).keys() - groups.keys()
+        if new:
+            # each new group's first tensor: reversed, the smallest index of a key is written last
+            first = dict(zip(reversed(collapsed), range(len(collapsed) - 1, -1, -1)))
+            for key in sorted(new, key=first.__getitem__):
+                i = first[key]
+                groups[key] = len(groups)
+                self.group_first.append(start + i)
+                self.group_role.append(ROLES.index(tensor_role(names[i])))
+                layer = layer_index(names[i])
+                self.group_layer.append(-1 if layer is None else layer)
+        return list(map(groups.__getitem__, collapsed))
+
+    def _dtype_totals(self, names, dtypes, shapes, sizes) -> None:
         for dtype in set(dtypes):
             mask = list(map(dtype.__eq__, dtypes))
-            by_dtype[dtype] = by_dtype.get(dtype, 0) + sum(compress(sizes, mask))
+            self.by_dtype[dtype] = self.by_dtype.get(dtype, 0) + sum(compress(sizes, mask))
             is_packed_row = packed_rows(list(compress(names, mask)), dtype)
             if any(is_packed_row):
-                packed[dtype] = packed.get(dtype, 0) + sum(compress(compress(sizes, mask), is_packed_row))
+                self.packed[dtype] = self.packed.get(dtype, 0) + sum(compress(compress(sizes, mask), is_packed_row))
             if not all(is_packed_row):
                 unpacked = compress(compress(shapes, mask), map(not_, is_packed_row))
-                params[dtype] = params.get(dtype, 0) + sum(map(prod, unpacked))
-    if stray:
-        raise Blocked("CHECKPOINT_CORRUPT", f"{len(stray)} tensor(s) in shard headers are not where "
-                      f"{INDEX_NAME} puts them: {_listed(stray)}", {"stray_tensors": len(stray)})
-    # Every header tensor sits where the index puts it, and a name is unique within a header, so no name is
-    # in two headers: equal counts mean the index and the headers name exactly the same tensors.
-    if len(rows) != len(weight_map):
-        held = {row.name for row in rows}
-        missing = [f"{t} (index: {s})" for t, s in weight_map.items() if t not in held]
-        raise Blocked("CHECKPOINT_INCOMPLETE", f"{len(missing)} tensor(s) named by {INDEX_NAME} are in no shard "
-                      f"header: {_listed(missing)}", {"missing_tensors": len(missing)})
-    totals = {"by_dtype": by_dtype, "params": params, "packed": packed, "by_role": by_role}
-    return rows, totals
+                self.params[dtype] = self.params.get(dtype, 0) + sum(map(prod, unpacked))
+
+    def finish(self, weight_map: dict) -> tuple[TensorTable, dict]:
+        """The table and the totals; raises Blocked CHECKPOINT_CORRUPT for a tensor the index places elsewhere (or
+        nowhere), CHECKPOINT_INCOMPLETE for one no header holds."""
+        if self.stray:
+            raise Blocked("CHECKPOINT_CORRUPT", f"{len(self.stray)} tensor(s) in shard headers are not where "
+                          f"{INDEX_NAME} puts them: {_listed(self.stray)}", {"stray_tensors": len(self.stray)})
+        # Every header tensor sits where the index puts it, and a name is unique within a header, so no name is
+        # in two headers: equal counts mean the index and the headers name exactly the same tensors.
+        if len(self.names) != len(weight_map):
+            held = set(self.names)
+            missing = [f"{t} (index: {s})" for t, s in weight_map.items() if t not in held]
+            raise Blocked("CHECKPOINT_INCOMPLETE", f"{len(missing)} tensor(s) named by {INDEX_NAME} are in no shard "
+                          f"header: {_listed(missing)}", {"missing_tensors": len(missing)})
+        table = TensorTable(tuple(self.names), tuple(self.dtype_codes), bytes(self.dtype_of), self.nbytes,
+                            self.shape_dims, self.shape_ends, tuple(self.shards), self.shard_of, bytes(self.role_of),
+                            self.layers, self.group_of, tuple(self.groups), self.group_first)
+        totals = {"by_dtype": self.by_dtype, "params": self.params, "packed": self.packed, "by_role": self.by_role}
+        return table, totals
 
 
-def _facts(root, layout, config, side, index_file, total_size, headers, tensors, totals, listing):
+def _facts(root, layout, config, side, index_file, total_size, shards, synthetic, tensors, totals, listing):
     by_dtype, params, packed = totals["by_dtype"], totals["params"], totals["packed"]
     quant = quant_facts(config, side)
     if packed:
@@ -260,7 +341,7 @@ def _facts(root, layout, config, side, index_file, total_size, headers, tensors,
         model_type=config.get("model_type") if isinstance(config.get("model_type"), str) else None,
         quant=quant,
         index_file=index_file,
-        shards=[ShardFacts(n, h.file_bytes, h.header_bytes, len(h.names)) for n, h in headers.items()],
+        shards=shards,
         tensors=tensors,
         bytes_by_dtype=dict(sorted(by_dtype.items())),
         params_by_dtype=dict(sorted(params.items())),
@@ -270,7 +351,7 @@ def _facts(root, layout, config, side, index_file, total_size, headers, tensors,
         index_total_size=total_size,
         tokenizer_files=[n for n in TOKENIZER_NAMES if n in set(listing.files)],
         files=listing.files,
-        synthetic=any(SYNTHETIC_METADATA_KEY in h.metadata for h in headers.values()),
+        synthetic=synthetic,
         disk_free_bytes=_disk_free(root),
     )
 
@@ -282,11 +363,11 @@ def _disk_free(root: Path) -> int | None:
         return None
 
 
-def _check_total_size(facts: CheckpointFacts, headers: dict[str, ShardHeader]) -> None:
+def _check_total_size(facts: CheckpointFacts) -> None:
     stated = facts.index_total_size
     if stated is None or stated == facts.weight_bytes:
         return
-    file_total = sum(h.file_bytes for h in headers.values())
+    file_total = sum(s.size_bytes for s in facts.shards)
     hint = " (it equals the shard file sizes, headers included)" if stated == file_total else ""
     raise Blocked("CHECKPOINT_CORRUPT", f"{INDEX_NAME}: metadata.total_size is {stated:,} bytes{hint} but the shard "
                   f"headers declare {facts.weight_bytes:,} bytes of tensor data (difference "

@@ -1,7 +1,9 @@
 """The checkpoint facts as data: what the header scan establishes without reading a single weight."""
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
+from typing import Iterator
 
 # Tensor roles the capacity table keeps apart.
 ROLES = ("routed_experts", "shared_dense", "embeddings_head")
@@ -10,8 +12,10 @@ ROLES = ("routed_experts", "shared_dense", "embeddings_head")
 SYNTHETIC_METADATA_KEY = "onegpu.synthetic"
 
 
-@dataclass(slots=True)  # not frozen: a 1 T checkpoint has ~140k of these, and slots build them 4x faster
+@dataclass(frozen=True, slots=True)
 class TensorInfo:
+    """One tensor, as a row of TensorTable."""
+
     name: str
     dtype: str
     shape: list[int]
@@ -19,6 +23,74 @@ class TensorInfo:
     shard: str  # shard file name relative to the checkpoint root
     role: str  # one of ROLES
     layer: int | None  # decoder layer index when the name carries one
+
+
+@dataclass(frozen=True, eq=False)
+class TensorTable:
+    """Every tensor of the checkpoint, shard by shard in header order, as columns.
+
+    A 1 T MoE checkpoint has ~1.4 x 10^5 tensors: as one object per tensor they were ~10^6 small objects (the rows,
+    their shapes, their numbers) that each full collection walks; as columns they are the names and a few flat
+    arrays. Rows (TensorInfo) are made on demand: `table[i]`, or iterating the table.
+
+    Names group by expert: group_of[i] numbers the distinct names with every routed expert's number made 0
+    (tensor_roles.collapse_experts), in order of first appearance; group_names holds those names and group_first
+    the first tensor of each. A pass that never reads an expert number classifies one tensor per group: ~10^3
+    groups for ~10^5 tensors.
+    """
+
+    names: tuple[str, ...]
+    dtypes: tuple[str, ...]  # the distinct dtypes: dtype_of[i] indexes them
+    dtype_of: bytes
+    nbytes: array  # "q"
+    shape_dims: array  # "q": every tensor's dimensions, one tensor after the other
+    shape_ends: array  # "q": where tensor i's dimensions end in shape_dims
+    shards: tuple[str, ...]  # shard_of[i] indexes them
+    shard_of: array  # "q"
+    role_of: bytes  # indexes ROLES
+    layers: array  # "q": the decoder layer the name carries, -1 when none
+    group_of: array  # "q"
+    group_names: tuple[str, ...]
+    group_first: array  # "q"
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, i: int) -> TensorInfo:
+        layer = self.layers[i]
+        return TensorInfo(self.names[i], self.dtypes[self.dtype_of[i]],
+                          self.shape_dims[self.shape_ends[i - 1] if i else 0:self.shape_ends[i]].tolist(),
+                          self.nbytes[i], self.shards[self.shard_of[i]], ROLES[self.role_of[i]],
+                          None if layer < 0 else layer)
+
+    def __iter__(self) -> Iterator[TensorInfo]:
+        return map(self.__getitem__, range(len(self.names)))
+
+    @classmethod
+    def of_rows(cls, rows) -> "TensorTable":
+        """The table of TensorInfo rows (tests, small tables); the header scan builds its own column by column."""
+        from .tensor_roles import collapse_experts
+
+        rows = list(rows)
+        names = [t.name for t in rows]
+        collapsed = collapse_experts(names) or names
+        groups = {}
+        first = array("q")
+        for i, key in enumerate(collapsed):
+            if key not in groups:
+                groups[key] = len(groups)
+                first.append(i)
+        dtypes = tuple(dict.fromkeys(t.dtype for t in rows))
+        shards = tuple(dict.fromkeys(t.shard for t in rows))
+        ends, total = array("q"), 0
+        for t in rows:
+            total += len(t.shape)
+            ends.append(total)
+        return cls(tuple(names), dtypes, bytes(dtypes.index(t.dtype) for t in rows),
+                   array("q", (t.nbytes for t in rows)), array("q", (d for t in rows for d in t.shape)), ends, shards,
+                   array("q", (shards.index(t.shard) for t in rows)), bytes(ROLES.index(t.role) for t in rows),
+                   array("q", (-1 if t.layer is None else t.layer for t in rows)),
+                   array("q", map(groups.__getitem__, collapsed)), tuple(groups), first)
 
 
 @dataclass(frozen=True)
@@ -49,7 +121,7 @@ class CheckpointFacts:
     quant: QuantFacts
     index_file: str | None  # model.safetensors.index.json, or None for a single model.safetensors
     shards: list[ShardFacts]
-    tensors: list[TensorInfo]  # every tensor, shard by shard in header order (kept out of the receipt: too many)
+    tensors: TensorTable  # every tensor, shard by shard in header order (kept out of the receipt: too many)
     bytes_by_dtype: dict[str, int]
     params_by_dtype: dict[str, int]  # element counts for dtypes that are not packed
     packed_bytes_by_dtype: dict[str, int]  # packed blocks (U8 holding F4 pairs, ...) counted by bytes only

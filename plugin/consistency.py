@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
+from .tensor_roles import collapse_experts
+
 MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers", "mtp_num_layers")
 # Name parts that carry draft-layer weights: `model.mtp.layers.N.` (MiMo V2, Qwen3-Next), `model.mtp_layers.N.`
 # (MiMo-7B); DeepSeek V3 / GLM put them at `model.layers.<num_hidden_layers + i>.` (counted by index).
@@ -102,33 +104,21 @@ def _after(parts: list[str], i: int) -> str:
     return parts[j] if j < len(parts) - 1 and parts[j].isdigit() else "0"
 
 
-# The expert number of a routed expert's tensor (`...experts.<N>.<proj>.<suffix>`, the last such number in the name,
-# as offload.engine_name reads it), over names joined one per line.
-_EXPERT_NUMBER = re.compile(r"\.experts\.\d+(?=\.[A-Za-z0-9_]+\.[^\n])(?![^\n]*\.experts\.\d+\.[A-Za-z0-9_]+\.[^\n])\.")
-
-
-def collapse_experts(names: list[str]) -> list[str] | None:
-    """Each name with its expert number made 0, or None when a name holds a line break.
-
-    A large MoE checkpoint's ~10^5 names are mostly one expert's few tensors repeated for every expert: collapsed,
-    they repeat exactly, so a pass that never reads the expert number classifies each distinct name once. One
-    regex substitution over the joined names does it in C."""
-    joined = "\n".join(names)
-    if joined.count("\n") != len(names) - 1:
-        return None
-    return _EXPERT_NUMBER.sub(".experts.0.", joined).split("\n") if names else []
-
-
-def scan_names(config: dict, names: list[str]) -> NameScan:
+def scan_names(config: dict, names, groups: tuple | None = None) -> NameScan:
     """One pass over the tensor names: draft layers, decoder layer indexes, tower tensors, output heads.
 
     Tower tensors (vision/audio encoders number layers of their own) are not decoder layers. Nothing below reads
     an expert number, so each distinct collapsed name (collapse_experts) is classified once; tower and head names
-    are then listed in full, in order."""
-    collapsed = collapse_experts(names)
-    if collapsed is None:
-        return _scan_names(config, names)
-    distinct = list(dict.fromkeys(collapsed))
+    are then listed in full, in order. `groups` is (group_of, group_names) as a TensorTable holds them, when the
+    caller has them: the names are then not collapsed again."""
+    if groups is not None:
+        group_of, distinct = groups
+        collapsed = list(map(distinct.__getitem__, group_of))
+    else:
+        collapsed = collapse_experts(names)
+        if collapsed is None:
+            return _scan_names(config, names)
+        distinct = list(dict.fromkeys(collapsed))
     out = _scan_names(config, distinct)
     listed = {*out.vision, *out.audio, *out.heads}
     if listed:
@@ -334,10 +324,12 @@ def check_kv_dtype(kv_dtype: str | None, vllm_version: str | None, version_sourc
     return rows
 
 
-def consistency_checks(config: dict, names: list[str], ignored_layers: list[str], kv_dtype: str | None,
-                       vllm_version: str | None = None, version_source: str = "") -> list[Check]:
-    """Every consistency row for a checkpoint (config.json + tensor names) and the settings' KV dtype."""
-    scan = scan_names(config, names)
+def consistency_checks(config: dict, names, ignored_layers: list[str], kv_dtype: str | None,
+                       vllm_version: str | None = None, version_source: str = "", groups: tuple | None = None
+                       ) -> list[Check]:
+    """Every consistency row for a checkpoint (config.json + tensor names) and the settings' KV dtype; `groups` as
+    scan_names takes them."""
+    scan = scan_names(config, names, groups)
     return [check_layer_count(config, names, scan), check_mtp(config, names, scan),
             *check_towers(config, names, scan), check_ignored_layers(ignored_layers, names),
             check_tied_head(config, names, scan), *check_kv_dtype(kv_dtype, vllm_version, version_source, config)]

@@ -232,8 +232,9 @@ def consistency(pytestconfig, settings, checkpoint, kit):
     cal = _options(pytestconfig).calibration
     version = cal.vllm_version if cal is not None else None
     source = f"the probe of run {cal.run_id}, same image ID" if version else ""
-    rows = consistency_checks(checkpoint.config, [t.name for t in checkpoint.tensors], checkpoint.quant.ignored_layers,
-                              settings.kv_cache_dtype, version, source)
+    table = checkpoint.tensors
+    rows = consistency_checks(checkpoint.config, table.names, checkpoint.quant.ignored_layers, settings.kv_cache_dtype,
+                              version, source, (table.group_of, table.group_names))
     kit.receipt.update("consistency", checks=[r.as_json() for r in rows], vllm_version=version,
                        vllm_version_source=source or None)
     for row in rows:
@@ -280,9 +281,10 @@ def proposal(pytestconfig, hardware, kit) -> dict:
     if differs:
         result.warnings.append(differs)
     cal = opts.calibration
-    rows = consistency_checks(ckpt.config, [t.name for t in ckpt.tensors], ckpt.quant.ignored_layers,
-                              req.kv_cache_dtype, cal.vllm_version if cal else None,
-                              f"the probe of run {cal.run_id}, same image ID" if cal else "")
+    rows = consistency_checks(ckpt.config, ckpt.tensors.names, ckpt.quant.ignored_layers, req.kv_cache_dtype,
+                              cal.vllm_version if cal else None,
+                              f"the probe of run {cal.run_id}, same image ID" if cal else "",
+                              (ckpt.tensors.group_of, ckpt.tensors.group_names))
     gpu_json = None if gpu is None else {k: getattr(gpu, k) for k in ("index", "name", "uuid", "total_bytes",
                                                                        "free_bytes")}
     doc = propose_mod.proposal_document(

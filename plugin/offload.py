@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from .checkpoint_model import CheckpointFacts, TensorInfo
-from .consistency import _AUDIO_PARTS, _DRAFT_MODULES, _VISION_PARTS, collapse_experts
+from .consistency import _AUDIO_PARTS, _DRAFT_MODULES, _VISION_PARTS
 from .outcomes import gib
 
 PINNINGS = ("rounded", "exact")
@@ -183,18 +183,15 @@ def engine_layout(ckpt: CheckpointFacts) -> Layout:
     n = cfg.get("num_hidden_layers")
     layers = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
     method = expert_method(ckpt.quant)
-    tensors = ckpt.tensors
-    # Every rule below reads a name's modules and layer, never its expert number (engine_name drops it): tensors
-    # whose names differ only there (collapse_experts) are classified once, their bytes summed per collapsed name.
-    # A 1 T MoE checkpoint's ~1.4 x 10^5 tensors are ~10^3 such groups.
-    names = [t.name for t in tensors]
-    groups: dict[str, list] = {}  # collapsed name -> [bytes, its first tensor, that tensor's index]
-    for i, (key, t) in enumerate(zip(collapse_experts(names) or names, tensors)):
-        group = groups.get(key)
-        if group is None:
-            groups[key] = [t.nbytes, t, i]
-        else:
-            group[0] += t.nbytes
+    table = ckpt.tensors
+    # Every rule below reads a name's modules and layer, never its expert number (engine_name drops it): each
+    # expert group of the table (names that differ only there) is classified once, by its first tensor, with the
+    # group's bytes summed. A 1 T MoE checkpoint's ~1.4 x 10^5 tensors are ~10^3 groups.
+    group_bytes = [0] * len(table.group_names)
+    for group, nbytes in zip(table.group_of, table.nbytes):
+        group_bytes[group] += nbytes
+    groups = {name: [nbytes, table[i], i]  # collapsed name -> [bytes, its first tensor, that tensor's index]
+              for name, nbytes, i in zip(table.group_names, group_bytes, table.group_first)}
     # layers numbered past num_hidden_layers that hold draft modules (eh_proj, enorm, ...): draft layers
     drafts = {t.layer for _, t, _ in groups.values() if layers is not None and t.layer is not None
               and t.layer >= layers and not set(t.name.split(".")[:-1]).isdisjoint(_DRAFT_MODULES)}

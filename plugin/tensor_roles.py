@@ -74,3 +74,20 @@ def packed_rows(names: list[str], dtype: str) -> list[bool]:
     if dtype in _INTEGER_DTYPES and dtype != "U8":
         return [is_packed(name, dtype) for name in names]
     return [dtype == "U8"] * len(names)
+
+
+# The expert number of a routed expert's tensor (`...experts.<N>.<proj>.<suffix>`, the last such number in the name,
+# as offload.engine_name reads it), over names joined one per line.
+_EXPERT_NUMBER = re.compile(r"\.experts\.\d+(?=\.[A-Za-z0-9_]+\.[^\n])(?![^\n]*\.experts\.\d+\.[A-Za-z0-9_]+\.[^\n])\.")
+
+
+def collapse_experts(names: list[str]) -> list[str] | None:
+    """Each name with its expert number made 0, or None when a name holds a line break.
+
+    A large MoE checkpoint's ~10^5 names are mostly one expert's few tensors repeated for every expert: collapsed,
+    they repeat exactly, so a pass that never reads the expert number classifies each distinct name once. One
+    regex substitution over the joined names does it in C."""
+    joined = "\n".join(names)
+    if joined.count("\n") != len(names) - 1:
+        return None
+    return _EXPERT_NUMBER.sub(".experts.0.", joined).split("\n") if names else []

@@ -6,7 +6,7 @@ from plugin.capacity import CHECKS, GPU_CHECKS, TABLE_TITLE, capacity_table, cap
 from plugin.checkpoint import read_checkpoint
 from plugin.offload import engine_layout, offload_plan
 from plugin.offload_rules import ACCOUNTING, RULES, rules_json
-from plugin.checkpoint_model import CheckpointFacts, QuantFacts, TensorInfo
+from plugin.checkpoint_model import CheckpointFacts, QuantFacts, TensorInfo, TensorTable
 from plugin.hardware_model import CgroupFacts, GpuDevice, HostFacts
 from plugin.kvcache import kv_cache_estimate
 from plugin.settings import parse_settings
@@ -34,7 +34,8 @@ def checkpoint_facts(table: dict, config: dict | None = None, quant: QuantFacts 
         root=root, hf_cache_repo=None, hf_revision=None, config=config or LLAMA_CONFIG,
         architectures=["LlamaForCausalLM"], model_type="llama",
         quant=quant or QuantFacts(None, None, True, "unquantized (weights as stored, bfloat16)"),
-        index_file="model.safetensors.index.json", shards=[], tensors=tensors, bytes_by_dtype=by_dtype,
+        index_file="model.safetensors.index.json", shards=[], tensors=TensorTable.of_rows(tensors),
+        bytes_by_dtype=by_dtype,
         params_by_dtype={}, packed_bytes_by_dtype={}, bytes_by_role=by_role, weight_bytes=total,
         index_total_size=total, tokenizer_files=["tokenizer.json"],
         files=["config.json", "model-00001-of-00001.safetensors", "model.safetensors.index.json", "tokenizer.json"],

@@ -5,6 +5,7 @@ import gc
 import json
 import os
 import random
+import re
 
 import pytest
 
@@ -18,6 +19,8 @@ from tests_offline.synth import SYNTHETIC_METADATA, moe_tensors, nbytes, write_c
 MOE_CONFIG = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
               "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                       "weight_block_size": [128, 128]}}
+# The synthetic layouts carry one expert number per name (`...experts.<N>.<proj>.weight`).
+EXPERT_NUMBER = re.compile(r"\.experts\.\d+\.")
 
 
 def test_corpus_is_large_and_distinct():
@@ -71,6 +74,27 @@ def test_tensor_rows_carry_shard_role_and_layer(tmp_path):
     assert rows["model.embed_tokens.weight"].role == "embeddings_head"
     assert rows["model.embed_tokens.weight"].layer is None
     assert rows["lm_head.weight"].nbytes == nbytes("BF16", [1024, 256])
+
+
+def test_tensor_table_rows_and_expert_groups(tmp_path):
+    """Every row of the columnar table equals what each name, dtype and shape give one by one; the expert groups
+    join exactly the names that differ in the expert number, numbered in order of first appearance."""
+    tensors = moe_tensors(layers=3, experts=5, expert_dtype="F8_E4M3", expert_scales=True)
+    tensors["model.layers.2.self_attn.q_proj.weight"] = ("F32", [3, 5, 7])  # a third dimension
+    tensors["model.norm.weight"] = ("BF16", [256])  # one dimension
+    root = write_checkpoint(tmp_path / "m", MOE_CONFIG, tensors, shards=3)
+    facts = read_checkpoint(root)
+    table = facts.tensors
+    shard_of = json.loads((root / "model.safetensors.index.json").read_text())["weight_map"]
+    rows = [(t.name, t.dtype, t.shape, t.nbytes, t.shard, t.role, t.layer) for t in table]
+    assert sorted(rows) == sorted((n, d, list(s), nbytes(d, s), shard_of[n], tensor_role(n), layer_index(n))
+                                  for n, (d, s) in tensors.items())
+    assert len(table) == len(tensors) and table[len(table) - 1].name == rows[-1][0]
+    without_expert = [EXPERT_NUMBER.sub(".experts.N.", n) for n in table.names]
+    firsts = list(dict.fromkeys(without_expert))
+    assert [without_expert.index(key) for key in firsts] == list(table.group_first)
+    assert list(table.group_of) == [firsts.index(key) for key in without_expert]
+    assert len(table.group_names) == len(firsts) < len(table)
 
 
 def test_single_file_checkpoint(tmp_path):

@@ -1,6 +1,6 @@
 """The fast readers of a checkpoint's JSON against the reference readers they stand in for.
 
-`safetensors_bulk.check_bulk` and `strict_json.loads_proven` may only ever answer what the entry-by-entry
+`safetensors_bulk.check_bulk`, `strict_json.loads_proven` and `index_bulk.decode_index` may only ever answer what the entry-by-entry
 header reader and the strict standard-library parser answer, or decline. Each test feeds both the same
 text: valid files, files the safetensors package writes, and thousands of seeded mutations aimed at the
 places a fast reader can go wrong (duplicate keys, where the metadata sits, escapes, big numbers).
@@ -16,6 +16,7 @@ import pytest
 import safetensors.numpy
 
 from plugin import strict_json
+from plugin.index_bulk import decode_index
 from plugin.safetensors_bulk import check_bulk
 from plugin.safetensors_header import HeaderError, parse_header, parse_header_by_entry
 from tests_offline.synth import header_prefix
@@ -154,3 +155,45 @@ def test_proven_json_is_what_the_strict_parser_returns():
                                   b'{"a\\u003a":1}', b'NaN', b'[1e400]'])
 def test_what_cannot_be_proven_is_left_to_the_strict_parser(text):
     assert strict_json.loads_proven(text) is strict_json.NOT_PROVEN
+
+
+SHARD_FILES = ["s1.safetensors", "s2.safetensors", "sub/s3.safetensors"]
+
+
+def _index_mutants(rng: random.Random, count: int):
+    base = json.dumps({"weight_map": {"a": "s1.safetensors", "b:c": "s2.safetensors", "d": "s1.safetensors",
+                                      "e": "sub/s3.safetensors"},
+                       "metadata": {"total_size": 10, "x": [1, {"y": None}]}}, separators=(",", ":")).encode()
+    yield base
+    yield from _mutants(rng, base, count)
+
+
+def test_bulk_index_is_what_the_strict_parser_returns_with_one_string_per_shard():
+    rng = random.Random(11)
+    proven = 0
+    for text in _index_mutants(rng, 6000):
+        value = decode_index(text, SHARD_FILES)
+        try:
+            expected = strict_json.loads(text.decode("utf-8"))
+        except (strict_json.StrictJSONError, ValueError):
+            assert value is None, text
+            continue
+        if value is not None:
+            proven += 1
+            assert value == expected and json.dumps(value) == json.dumps(expected), text
+            shards = {id(s) for s in value["weight_map"].values()}
+            assert len(shards) == len(set(value["weight_map"].values())), text  # one object per shard name
+    assert proven > 100
+
+
+@pytest.mark.parametrize("text", [
+    b'{"weight_map":{"a":"s1.safetensors","a":"s2.safetensors"}}',  # duplicate tensor name
+    b'{"weight_map":{},"weight_map":{"a":"s1.safetensors"}}',  # duplicate top-level key
+    b'{"weight_map":{"a":"s1.safetensors"},"other":1}',  # a key the bulk shape does not have
+    b'{"weight_map":{"a":"elsewhere.safetensors"}}',  # not a file of the folder
+    b'{"weight_map":{"a\\u003a":"s1.safetensors"}}',  # an escape
+    b'{"weight_map":{"a":"s1.safetensors"},"metadata":{"total_size":1.5}}',  # a float
+    b'{"weight_map":{"a":"s1.safetensors"},"metadata":{"m":{"k":1,"k":2}}}',  # duplicate inside the metadata
+    b'["s1.safetensors"]', b'{"weight_map":[]}'])
+def test_what_the_bulk_index_cannot_prove_is_left_to_the_plain_reader(text):
+    assert decode_index(text, SHARD_FILES) is None
