@@ -55,8 +55,8 @@ def load_run(folder: Path) -> RunEvidence:
     return RunEvidence(str(folder), receipt, manifest, read_settings_values(folder) or {})
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m plugin.compare",
+def main(argv: list[str] | None = None, prog: str = "python -m plugin.compare") -> int:
+    parser = argparse.ArgumentParser(prog=prog,
                                      description="Compare two onegpu run folders: same checkpoint manifest, image "
                                                  "ID, protocol and request hash? Then the differences in verdicts, "
                                                  "boot facts and timings.")
@@ -70,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print("\n".join(compare_runs(a, b)))
     return 0
+
+
+def console() -> int:
+    """The `onegpu-compare` console script (not `compare`: ImageMagick installs a command of that name)."""
+    return main(prog="onegpu-compare")
 
 
 if __name__ == "__main__":

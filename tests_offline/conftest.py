@@ -21,13 +21,12 @@ PROFILES = REPO_ROOT / "profiles"
 
 @pytest.fixture
 def kit_project(pytester):
-    """A pytester folder laid out like the repo root: its pytest.ini and conftest.py load the real plugin.
+    """A pytester folder laid out like the repo root: its pytest.ini, and the real plugin through its entry point.
 
     Tests write their own tiny kit tests into `tests_hw/` and run pytest there.
     """
     pytester.syspathinsert(REPO_ROOT)
     shutil.copy(REPO_ROOT / "pytest.ini", pytester.path / "pytest.ini")
-    shutil.copy(REPO_ROOT / "conftest.py", pytester.path / "conftest.py")
     (pytester.path / "tests_hw").mkdir()
     return pytester
 

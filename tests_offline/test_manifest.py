@@ -625,8 +625,6 @@ import time
 from pathlib import Path
 import pytest
 
-pytest_plugins = ["plugin"]
-
 @pytest.fixture(scope="session")
 def runtime_probe(kit):
     # Stands in for the runtime probe (it needs the engine image): records when it ran.

@@ -67,7 +67,6 @@ class InsightRuns:
     def _project(self, root: Path, tests: list[str]) -> None:
         (root / "tests_hw").mkdir(parents=True)
         shutil.copy(REPO_ROOT / "pytest.ini", root / "pytest.ini")
-        shutil.copy(REPO_ROOT / "conftest.py", root / "conftest.py")
         for name in tests:
             shutil.copy(REPO_ROOT / "tests_hw" / name, root / "tests_hw" / name)
         shutil.copy(RESEARCH_PROFILE, root / "research.json")
