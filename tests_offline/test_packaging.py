@@ -92,9 +92,13 @@ def test_one_version_and_one_registration():
 def installed_kit(tmp_path_factory) -> Path:
     """A new virtual environment holding the kit's wheel; the dependencies come from this one's site-packages."""
     work = tmp_path_factory.mktemp("installed")
-    wheels = work / "wheels"
+    # Built from a copy: setuptools writes its build/ folder beside the sources.
+    source, wheels = work / "source", work / "wheels"
+    source.mkdir()
+    shutil.copy(REPO / "pyproject.toml", source / "pyproject.toml")
+    shutil.copytree(REPO / "plugin", source / "plugin", ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                    "-w", str(wheels), str(REPO)], check=True, capture_output=True, timeout=300)
+                    "-w", str(wheels), str(source)], check=True, capture_output=True, timeout=300)
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     purelib = Path(subprocess.run([str(venv / "bin/python"), "-c", "import sysconfig; print(sysconfig.get_paths()"
