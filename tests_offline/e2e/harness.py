@@ -68,7 +68,6 @@ def make_project(root: Path, image: str, engine: str = "stub", checkpoint: Path 
 
     root.mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "pytest.ini", root / "pytest.ini")
-    shutil.copy(REPO / "conftest.py", root / "conftest.py")
     shutil.copytree(REPO / "tests_hw", root / "tests_hw", ignore=shutil.ignore_patterns("__pycache__"),
                     dirs_exist_ok=True)
     shutil.copy(SEAMS[engine], root / "tests_hw" / "conftest.py")
