@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from . import adapter_http as rules
 from .adapter_deadline import Deadline
@@ -35,7 +35,7 @@ class ClientConnection(asyncio.Protocol):
     def __init__(self, adapter: "Adapter"):
         self.adapter, self.limits = adapter, adapter.limits
         self.loop = asyncio.get_running_loop()
-        self.transport: asyncio.Transport | None = None
+        self.transport: asyncio.Transport  # set by connection_made, which asyncio calls before anything else
         self._reader = RequestReader(self.limits.max_body_bytes)
         self._requests = self._reader.requests  # parsed or being parsed, oldest first
         self.call: CallRecord | None = None  # the call holding one of the adapter's slots
@@ -56,8 +56,8 @@ class ClientConnection(asyncio.Protocol):
 
     # -- asyncio.Protocol
 
-    def connection_made(self, transport: asyncio.Transport) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = self.transport = cast(asyncio.Transport, transport)  # a TCP server's: a full Transport
         if not self.adapter.admit(self):
             transport.write(rules.error_response(503, rules.json_error(503, "unavailable", "too many open "
                                                                                            "connections")))
@@ -118,6 +118,7 @@ class ClientConnection(asyncio.Protocol):
             if not self._begin(self._requests[0]):
                 return
         request = self._request
+        assert request is not None  # set with self.call, by _begin
         if request.body_bytes > self.limits.max_body_bytes:
             self._fail(rules.too_large(self.limits.max_body_bytes))
         elif request.complete:
@@ -126,6 +127,7 @@ class ClientConnection(asyncio.Protocol):
 
     def _begin(self, request: Request) -> bool:
         """Check a complete head; take a slot for it (True) or answer it with an error (False)."""
+        verdict: rules.Reject | None
         if request.version not in _VERSIONS:
             verdict = rules.Reject(505, "http_version", "only HTTP/1.1 and HTTP/1.0 are served")
         else:
@@ -158,17 +160,21 @@ class ClientConnection(asyncio.Protocol):
         self._head_sent = self._answered = False
         self._head, self._body = None, []
         self._deadline.set(_ENGINE, self.limits.upstream_timeout_s, sliding=True)
-        engine = self.adapter.pool.take_idle()
+        call, pool = self.call, self.adapter.pool
+        assert call is not None and pool is not None  # _begin took the slot; start() makes the pool before it listens
+        engine = pool.take_idle()
         if engine is not None:
             self._engine = engine
             engine.send(self, data)
         else:
             self._connecting = self.loop.create_task(self._connect_and_send(data))
-        self.call.request.feed(body, time.monotonic())  # hashed once it is on its way
+        call.request.feed(body, time.monotonic())  # hashed once it is on its way
 
     async def _connect_and_send(self, data: bytes) -> None:
+        pool = self.adapter.pool
+        assert pool is not None  # start() makes the pool before it listens
         try:
-            engine = await self.adapter.pool.connect()
+            engine = await pool.connect()
         except (OSError, asyncio.TimeoutError) as exc:
             self._connecting = None
             if self.call is not None:
@@ -186,16 +192,18 @@ class ClientConnection(asyncio.Protocol):
 
     def engine_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]], has_body: bool,
                     has_length: bool) -> None:
-        self.call.respond(status, headers)
+        call, request = self.call, self._request
+        assert call is not None and request is not None  # the engine calls back only while it carries our call
+        call.respond(status, headers)
         out = rules.client_headers(headers)
         if not has_body or has_length:
             self._framing = b"length"
-        elif self._request.version == b"1.1":
+        elif request.version == b"1.1":
             self._framing = b"chunked"
             out.append((b"transfer-encoding", b"chunked"))
         else:  # an HTTP/1.0 client: the body ends where the connection does
             self._framing = b"close"
-        self._keep_alive = self._request.keep_alive and self._framing != b"close"
+        self._keep_alive = request.keep_alive and self._framing != b"close"
         if not self._keep_alive:
             out.append((b"connection", b"close"))
         self._head = rules.response_head(status, reason, out)
@@ -266,8 +274,10 @@ class ClientConnection(asyncio.Protocol):
     def _end_call(self, reusable: bool) -> None:
         """Release the slot and the engine connection, and log the call."""
         call, engine, connecting = self.call, self._engine, self._connecting
+        assert call is not None  # every caller ends a call that holds the slot
         self.call = self._request = self._engine = self._connecting = None
         if engine is not None:
+            assert self.adapter.pool is not None  # it made the engine connection
             self.adapter.pool.give_back(engine, reusable=reusable and self._answered)
         if connecting is not None:
             connecting.cancel()
@@ -306,18 +316,22 @@ class ClientConnection(asyncio.Protocol):
 
     def _fail(self, reject: rules.Reject) -> None:
         """Answer the call holding the slot with an error of our own, log it, and close the connection."""
-        self._answer_error(self.call, reject, head_only=self.call.method == b"HEAD")
+        call = self.call
+        assert call is not None  # every caller fails a call that holds the slot
+        self._answer_error(call, reject, head_only=call.method == b"HEAD")
         self._end_call(reusable=False)
 
     def _refuse_bad_input(self) -> None:
+        bad = self._reader.bad
+        assert bad is not None  # called only once the reader has seen bad input
         if self.call is not None:
-            self._fail(rules.Reject(400, "bad_request", self._reader.bad))
+            self._fail(rules.Reject(400, "bad_request", bad))
             return
-        status = 431 if self._reader.bad == HEAD_TOO_LARGE else 400
+        status = 431 if bad == HEAD_TOO_LARGE else 400
         request = self._requests[-1] if self._requests and self._requests[-1].head_done else None
         call = (CallRecord(request.method, request.target, request.headers, request.started, forwarded=False)
                 if request is not None else CallRecord(b"", b"", [], time.monotonic(), forwarded=False))
-        self._answer_error(call, rules.Reject(status, "bad_request", self._reader.bad))
+        self._answer_error(call, rules.Reject(status, "bad_request", bad))
         self.adapter.log.record(call.entry(time.monotonic()))
 
     def _answer_error(self, call: CallRecord, reject: rules.Reject, head_only: bool = False) -> None:

@@ -44,4 +44,5 @@ class Deadline:
             self._timer = self._loop.call_at(due, self._fire)
             return
         kind, self.kind = self.kind, None
+        assert kind is not None  # set() names the deadline before it arms the timer
         self._expired(kind)

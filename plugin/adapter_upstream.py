@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Protocol
+from typing import Protocol, cast
 
 import httptools
 
@@ -43,7 +43,7 @@ class EngineConnection(asyncio.Protocol):
     """One connection to the engine, with its response parser; carries one call at a time."""
 
     def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
+        self.transport: asyncio.Transport  # set by connection_made, which asyncio calls before anything else
         self.listener: EngineListener | None = None
         self.idle_since = 0.0
         self.lost = False
@@ -70,8 +70,8 @@ class EngineConnection(asyncio.Protocol):
 
     # -- asyncio.Protocol
 
-    def connection_made(self, transport: asyncio.Transport) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # a Unix socket's: a full Transport
 
     def data_received(self, data: bytes) -> None:
         listener = self.listener
@@ -132,16 +132,22 @@ class EngineConnection(asyncio.Protocol):
         self._framed = has_length or any(k == b"transfer-encoding" for k, _ in self._headers)
         self.keep_alive = self._parser.should_keep_alive() and self._framed
         has_body = status not in (204, 304)
-        self.listener.engine_head(status, self._reason, self._headers, has_body, has_length)
+        listener = self.listener
+        assert listener is not None  # the parser runs only in data_received, once it has checked the listener
+        listener.engine_head(status, self._reason, self._headers, has_body, has_length)
 
     def on_body(self, data: bytes) -> None:
         if self.broken is None:
-            self.listener.engine_body(data)
+            listener = self.listener
+            assert listener is not None  # as in on_headers_complete
+            listener.engine_body(data)
 
     def on_message_complete(self) -> None:
         if self.broken is None:
+            listener = self.listener
+            assert listener is not None  # as in on_headers_complete
             self.complete = True
-            self.listener.engine_done()
+            listener.engine_done()
 
 
 class EnginePool:
