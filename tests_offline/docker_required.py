@@ -1,7 +1,7 @@
 """The real Docker daemon for offline tests: skip with the reason when none answers, fail under CI=true.
 
-CI sets CI=true, so a CI run can never pass by skipping the Docker tests. Use the `docker_client` fixture,
-or call `require_docker()` where a fixture does not fit.
+CI sets CI=true, so a CI run can never pass by skipping the Docker tests. Use the `docker_client` fixture
+(conftest.py), or call `require_docker()` where a fixture does not fit.
 """
 from __future__ import annotations
 
@@ -32,13 +32,3 @@ def require_docker():
             pytest.fail(f"CI=true requires a Docker daemon; {reason}", pytrace=False)
         pytest.skip(reason)
     return client
-
-
-@pytest.fixture(scope="session")
-def docker_client():
-    """A session-wide docker SDK client of the local daemon (see require_docker)."""
-    client = require_docker()
-    try:
-        yield client
-    finally:
-        client.close()

@@ -1,5 +1,6 @@
-"""Helpers for the engine tests on the real Docker engine: the stub image, and launch specs built by the real
-`build_launch_spec` for a throwaway checkpoint and run folder, adjusted only where this machine differs.
+"""Helpers for the engine tests on the real Docker engine: launch specs built by the real `build_launch_spec`
+for a throwaway checkpoint and run folder, adjusted only where this machine differs (the stub image itself is
+the `stub_image` fixture of conftest.py).
 
 What is adjusted, and why: no GPU exists here, so the spec carries no GPU device request (the stub's torch
 answers the device count from STUB_CUDA_DEVICES); the stub's behaviour knobs go in the container
@@ -14,8 +15,6 @@ import os
 import uuid
 from pathlib import Path
 
-import pytest
-
 from plugin.checkpoint import read_config
 from plugin.launch import LaunchSpec, Owner, build_launch_spec
 from plugin.leftovers import current_owner
@@ -25,14 +24,6 @@ from plugin.towers import has_towers
 ENGINE_UID = 1000 if os.getuid() == 0 else os.getuid()
 ENGINE_GID = 1000 if os.getuid() == 0 else os.getgid()
 MODEL_ID = "stub-org/stub-model"
-
-
-@pytest.fixture(scope="session")
-def stub_image(docker_client) -> str:
-    """The stub engine image's ID (built locally from this machine's Python; never pulled)."""
-    from tests_offline.stub_engine.build import ensure_stub_image
-
-    return ensure_stub_image(docker_client)
 
 
 def settings_for(model_path: Path, **overrides) -> Settings:

@@ -1,5 +1,6 @@
 """The kernel's page cache seen from tests: which pages of a file are resident, as mincore(2) reports it for a
-shared mapping, and a folder on a disk-backed file system where pages can be dropped.
+shared mapping, and a folder's file-system type, by which the `disk_folder` fixture of conftest.py finds a folder
+on a disk-backed file system where pages can be dropped.
 
 Used by the tests of page-cache hygiene and by the header scan benchmark's cold figures; reading residency
 maps the file but touches none of its pages.
@@ -10,16 +11,9 @@ import ctypes
 import functools
 import mmap
 import os
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
-import pytest
-
-from tests_offline.docker_required import ci_demands_docker
-
-_REPO = Path(__file__).resolve().parent.parent
 _LOW_BIT = bytes(b & 1 for b in range(256))  # mincore sets bit 0 of a page's byte when the page is resident
 
 
@@ -57,26 +51,3 @@ def resident_bytes(path: Path) -> int:
 
 def _fs_type(folder) -> str:
     return subprocess.run(["stat", "-f", "-c", "%T", str(folder)], capture_output=True, text=True).stdout.strip()
-
-
-@pytest.fixture
-def disk_folder(tmp_path):
-    """An empty folder on a disk-backed file system: tmp_path, else one under /var/tmp or the repository.
-
-    On tmpfs the pages are the storage itself and POSIX_FADV_DONTNEED cannot drop them; the repository
-    always lives on a disk, so CI (where /tmp may be tmpfs) always runs the test."""
-    if _fs_type(tmp_path) != "tmpfs":
-        yield tmp_path
-        return
-    for parent in ("/var/tmp", str(_REPO)):
-        if os.access(parent, os.W_OK) and _fs_type(parent) != "tmpfs":
-            folder = Path(tempfile.mkdtemp(prefix="onegpu-fadvise-", dir=parent))
-            try:
-                yield folder
-            finally:
-                shutil.rmtree(folder, ignore_errors=True)
-            return
-    reason = "every candidate folder is on tmpfs, where POSIX_FADV_DONTNEED cannot drop pages"
-    if ci_demands_docker():
-        pytest.fail(f"CI=true: {reason}", pytrace=False)
-    pytest.skip(reason)

@@ -21,30 +21,8 @@ from plugin.adapter import AdapterLimits
 from plugin.adapter_thread import AdapterThread
 from plugin.transport_log import read_entries, summarize
 from plugin.uds_http import uds_request
-from tests_offline.fake_engine import KEY, FakeEngine, call, raw_exchange
-
-LIMITS = AdapterLimits(header_timeout_s=0.5, idle_timeout_s=5, body_timeout_s=1, upstream_timeout_s=5)
-
-
-@pytest.fixture
-def engine():
-    fake = FakeEngine(chunks=5)
-    yield fake
-    fake.close()
-
-
-@pytest.fixture
-def adapter(engine, tmp_path):
-    running = AdapterThread(engine.socket_path, KEY, tmp_path / "transport.jsonl", LIMITS)
-    yield running
-    running.close(grace_s=0)
-
-
-def completion_body(stream=False, **extra) -> bytes:
-    # Deliberately odd formatting: a re-serialising proxy would change these bytes.
-    doc = json.dumps({"model": "fake-org/fake-model", "prompt": "caf\u00e9 \u2713", "stream": stream, **extra},
-                     indent=3, ensure_ascii=True)
-    return doc.encode() + b"\n"
+from tests_offline.adapter_helpers import LIMITS, completion_body
+from tests_offline.fake_engine import KEY, call, raw_exchange
 
 
 def test_listens_on_loopback_only_on_a_kernel_chosen_port(adapter, engine, tmp_path):

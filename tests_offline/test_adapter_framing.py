@@ -14,8 +14,8 @@ import time
 from plugin.adapter import AdapterLimits
 from plugin.adapter_thread import AdapterThread
 from plugin.transport_log import read_entries
+from tests_offline.adapter_helpers import LIMITS
 from tests_offline.fake_engine import KEY, raw_exchange
-from tests_offline.test_adapter import LIMITS, adapter, engine  # noqa: F401  (shared fixtures)
 
 
 def head(port: int, method: str, path: str, version: str = "1.1", extra: str = "") -> bytes:

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from benchmarks.bench_clients import CLIENTS
+from tests_offline.adapter_helpers import completion_body
 from tests_offline.fake_engine import KEY
-from tests_offline.test_adapter import adapter, completion_body, engine  # noqa: F401  (shared fixtures)
 
 
 @pytest.fixture(params=["direct", "adapter"])

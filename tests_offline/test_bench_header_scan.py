@@ -7,7 +7,6 @@ import os
 
 from benchmarks.bench_header_scan import drop_from_page_cache, read_headers, resident_bytes_of, timed_pair
 from plugin.checkpoint import read_checkpoint
-from tests_offline.page_cache import disk_folder  # noqa: F401  (fixture: a disk-backed folder)
 from tests_offline.synth import moe_tensors, write_checkpoint
 
 MIB = 1 << 20

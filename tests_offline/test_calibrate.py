@@ -11,57 +11,21 @@ import json
 import math
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from plugin import calibrate
 from plugin.fixtures_insight import load_run
-from plugin.sampler import Sampler
 from plugin.settings import parse_settings
-from tests_offline.conftest import PROFILES, REPO_ROOT
+from tests_offline.paths import PROFILES, REPO_ROOT
 from tests_offline.synth import SYNTHETIC_METADATA, write_checkpoint
 from tests_offline.e2e.harness import LLAMA, llama_tensors
-from tests_offline.test_plan import engine_images  # noqa: F401  (a fixture: two tiny local images)
+from tests_offline.nvml_double import nvml_sample
 
 GIB, MIB = 2**30, 2**20
 RUNS = Path(__file__).resolve().parent / "data" / "runs"
 READY = RUNS / "stub-ready-8k"
 H200_PROFILE = PROFILES / "h200-141gb-host.json"
-
-
-class FakeNvml:
-    """Stands in for the NVIDIA driver's NVML (absent here): fixed memory figures for one GPU UUID."""
-
-    def __init__(self, total: int, used: int):
-        self.total, self.used = total, used
-
-    def nvmlInit(self):
-        pass
-
-    def nvmlShutdown(self):
-        pass
-
-    def nvmlDeviceGetHandleByUUID(self, uuid):
-        return uuid
-
-    def nvmlDeviceGetMemoryInfo(self, handle):
-        return SimpleNamespace(total=self.total, used=self.used, free=self.total - self.used)
-
-    def nvmlDeviceGetUtilizationRates(self, handle):
-        return SimpleNamespace(gpu=97, memory=40)
-
-    def nvmlDeviceGetPowerUsage(self, handle):
-        return 412_000
-
-
-def nvml_sample(tmp_path, total: int, used: int) -> dict:
-    """One sample through the kit's real Sampler over the stand-in NVML."""
-    sampler = Sampler(tmp_path / "samples.jsonl", "GPU-test", nvml=FakeNvml(total, used), interval_s=60).start()
-    try:
-        return sampler.sample_once()
-    finally:
-        sampler.stop()
 
 
 def recorded_receipt(name="stub-ready-8k") -> dict:

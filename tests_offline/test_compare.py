@@ -1,4 +1,4 @@
-"""`python -m plugin.compare RUN_A RUN_B` on the run folders of real kit sessions (see tests_offline/test_report.py):
+"""`python -m plugin.compare RUN_A RUN_B` on the run folders of real kit sessions (tests_offline/report_sessions.py):
 two scans with different settings, two approvals with different request files, and folders that are not runs."""
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from tests_offline.test_report import real_runs  # noqa: F401  (a shared session fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 

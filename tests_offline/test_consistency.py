@@ -10,7 +10,7 @@ import pytest
 from plugin.checkpoint import read_checkpoint
 from plugin.consistency import (Check, check_ignored_layers, check_kv_dtype, check_layer_count, check_lines,
                                 check_mtp, check_tied_head, check_towers, consistency_checks)
-from tests_offline.conftest import REPO_ROOT
+from tests_offline.paths import REPO_ROOT
 from tests_offline.synth import SYNTHETIC_METADATA, write_checkpoint
 
 BASE = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2,

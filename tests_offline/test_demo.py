@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
-from tests_offline.conftest import PROFILES, REPO_ROOT
+from tests_offline.paths import PROFILES, REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "examples"
 PROFILE = PROFILES / "research-target-rtx-pro-6000-96gb.json"

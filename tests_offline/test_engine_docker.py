@@ -18,7 +18,7 @@ from plugin.engine import Engine
 from plugin.image import resolve_image
 from plugin.outcomes import Blocked
 from plugin.uds_http import uds_request
-from tests_offline.engine_helpers import ENGINE_UID, make_spec, run_folder_of, stub_image  # noqa: F401
+from tests_offline.engine_helpers import ENGINE_UID, make_spec, run_folder_of
 
 MiB = 2**20
 

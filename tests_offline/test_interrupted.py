@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests_offline.conftest import REPO_ROOT
+from tests_offline.paths import REPO_ROOT
 
 # Machine passes; the "batch" phase has answered 10 of its 50 requests when Ctrl-C comes; serve is never
 # reached. The request file and the answers on disk are what the kit's batch fixtures write.

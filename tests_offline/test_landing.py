@@ -16,12 +16,12 @@ import pytest
 from plugin.capacity import capacity_verdicts
 from plugin.kvcache import kv_cache_estimate
 from plugin.landing import landing_lines, landing_record, projection_from_plan
-from tests_offline.conftest import PROFILES, REPO_ROOT
+from tests_offline.paths import PROFILES, REPO_ROOT
 from tests_offline.synth import SYNTHETIC_METADATA, write_checkpoint
 from tests_offline.e2e.harness import finish, make_project, receipt_of, session
-from tests_offline.test_calibrate import FakeNvml, nvml_sample
-from tests_offline.test_capacity import (LLAMA_CONFIG, checkpoint_facts, gpu_device, host, layers_table,
-                                         settings_with, with_pinning)
+from tests_offline.nvml_double import ENGINE_CONFTEST, nvml_sample
+from tests_offline.capacity_facts import (LLAMA_CONFIG, checkpoint_facts, gpu_device, host, layers_table, settings_with,
+                                          with_pinning)
 
 GIB = 2**30
 RECORDED = Path(__file__).resolve().parent / "data" / "runs" / "stub-ready-8k"
@@ -139,31 +139,6 @@ def test_host_ram_under_the_headroom_is_a_warning(tmp_path):
 
 
 # ---- sessions ----------------------------------------------------------------------------------------------------
-
-ENGINE_CONFTEST = '''
-"""WHAT IS SIMULATED: the engine (no container) and NVML (no NVIDIA driver here). The kit's own Sampler takes
-the sample at READY through a stand-in NVML whose card has FREE_BYTES free; record_landing is the kit's own."""
-import pytest
-from types import SimpleNamespace
-
-from plugin.bootlog import BootFacts
-from plugin.fixtures_insight import record_landing
-from plugin.sampler import Sampler
-from tests_offline.test_calibrate import FakeNvml
-
-TOTAL, FREE = {total}, {free}
-
-
-@pytest.fixture(scope="session")
-def engine(request, kit, capacity):
-    boot = BootFacts(kv_cache_gib=30.0, kv_cache_tokens=15_000_000, load_gib=41.25, load_s=9.0, server_started=True)
-    sampler = Sampler(kit.run_folder / "samples.jsonl", "GPU-sim", nvml=FakeNvml(TOTAL, TOTAL - FREE),
-                      interval_s=60).start()
-    record_landing(request, kit, boot, sampler)
-    yield SimpleNamespace(boot=boot)
-    sampler.stop()
-'''
-
 
 @pytest.mark.parametrize("floor", [None, 0.5])
 def test_a_landing_under_the_floor_is_a_visible_warning_that_never_blocks(kit_project, floor):

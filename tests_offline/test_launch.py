@@ -17,7 +17,7 @@ from plugin.launch import (GPU_UTILIZATION, Owner, build_launch_spec, container_
                            missing_elements)
 from plugin.settings import load_settings, parse_settings
 from tests_offline.docker_required import ci_demands_docker
-from tests_offline.engine_helpers import make_spec, stub_image  # noqa: F401  (fixture)
+from tests_offline.engine_helpers import make_spec
 
 UUID = "GPU-5d0c1f2e-8a7b-4c3d-9e8f-0a1b2c3d4e5f"
 IMAGE = "sha256:" + "ab" * 32

@@ -12,7 +12,7 @@ from plugin.launch import (KIT_LABEL, LABEL_OWNER_HOST, LABEL_OWNER_PID, LABEL_O
                            owner_labels)
 from plugin.leftovers import (_proc_start_ticks, current_owner, describe, find_kit_containers, judge_owner,
                               remove_dead_owner_containers, summary)
-from tests_offline.engine_helpers import make_spec, stub_image  # noqa: F401  (fixture)
+from tests_offline.engine_helpers import make_spec
 
 ME = current_owner()
 

@@ -26,28 +26,15 @@ from plugin.manifest import (DROP_STEP_BYTES, MIB, FileStat, ManifestError, buff
 from plugin.manifest import resident_bytes as engine_resident_bytes
 from plugin.outcomes import Blocked
 from tests_offline.docker_required import ci_demands_docker
-from tests_offline.page_cache import disk_folder, resident_bytes  # noqa: F401 (disk_folder is a fixture)
+from tests_offline.custody_helpers import REV, _settings, plain_checkpoint, sha256sum_lines
+from tests_offline.page_cache import resident_bytes
 
 pytest_plugins = ["pytester"]
 
-REPO = Path(__file__).resolve().parent.parent
-REV = "0123456789abcdef0123456789abcdef01234567"
 OTHER_REV = "fedcba9876543210fedcba9876543210fedcba98"
 
 
 # ---------------------------------------------------------------- builders
-
-def plain_checkpoint(root: Path) -> Path:
-    """A small plain checkpoint: two shards crossing buffer boundaries, config, a nested file, an empty one."""
-    root.mkdir(parents=True)
-    (root / "model-00001-of-00002.safetensors").write_bytes(os.urandom(3 * MIB + 12345))
-    (root / "model-00002-of-00002.safetensors").write_bytes(os.urandom(MIB))
-    (root / "config.json").write_text('{"model_type": "demo"}\n')
-    (root / "original").mkdir()
-    (root / "original" / "params.json").write_text("{}\n")
-    (root / "empty.txt").write_bytes(b"")
-    return root
-
 
 def git_blob_sha1(data: bytes, where: Path) -> str:
     """The git blob name of `data`, from git itself (an independent reference for the kit's own SHA-1)."""
@@ -86,12 +73,6 @@ def custody(root: Path, run: Path, **kw):
     run.mkdir(parents=True, exist_ok=True)
     kw.setdefault("workers", 3)
     return take_custody(CustodyRequest(root, kw.pop("revision", REV), kw.pop("model_id", "o/n"), run, **kw))
-
-
-def sha256sum_lines(root: Path) -> str:
-    """Publisher-style hashes made by coreutils sha256sum (not by the kit)."""
-    names = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-    return subprocess.run(["sha256sum", *names], cwd=root, capture_output=True, text=True, check=True).stdout
 
 
 def publisher(text: str | bytes, name: str = "hashes.txt"):
@@ -619,44 +600,6 @@ def test_manifest_file_is_private_and_complete(hashed):
 
 
 # ---------------------------------------------------------------- the fixtures, through pytest itself
-
-CONFTEST = """
-import time
-from pathlib import Path
-import pytest
-
-@pytest.fixture(scope="session")
-def runtime_probe(kit):
-    # Stands in for the runtime probe (it needs the engine image): records when it ran.
-    (kit.run_folder / "probe-ran").write_text(str(time.time()))
-
-class _Planned:
-    def __init__(self, files): self.files = files
-
-@pytest.fixture(scope="session")
-def checkpoint(settings):
-    # Stands in for the checkpoint reader's file list (the plan phase).
-    from plugin.hf_cache_auth import detect_layout
-    from plugin.manifest import walk_checkpoint
-    return _Planned([f.path for f in walk_checkpoint(detect_layout(Path(settings.model_path)))])
-"""
-
-
-def _settings(path: Path, root: Path) -> Path:
-    path.write_text(json.dumps({
-        "schema": "onegpu/settings@1", "model_id": "o/n", "model_revision": REV, "model_path": str(root),
-        "image": "example/engine:1", "gpu": 0, "context_tokens": 4096, "prefill_chunk_tokens": 1024,
-        "cpu_offload_gib": 0, "container_ram_gib": 8, "host_headroom_gib": 1, "deadline_s": 60}))
-    return path
-
-
-@pytest.fixture
-def kit_dir(pytester, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    pytester.makeconftest(CONFTEST)
-    shutil.copy(REPO / "tests_hw" / "test_4_custody.py", pytester.path / "test_4_custody.py")
-    return pytester
-
 
 def test_custody_phase_runs_through_pytest(kit_dir):
     root = hf_cache(kit_dir.path, HF_FILES, HF_LFS)

@@ -10,7 +10,7 @@ import pytest
 
 from plugin.operator_score import (LABEL, SCHEMA, OperatorScoreError, describe, load_operator_score,
                                    parse_operator_score, receipt_section)
-from tests_offline.conftest import REPO_ROOT
+from tests_offline.paths import REPO_ROOT
 
 SCORE = {"schema": SCHEMA, "benchmark": "gsm8k / test", "metric": "exact_match, strict", "value": 0.8731,
          "scorer": {"name": "lm-evaluation-harness", "revision": "v0.4.8"}, "sample_count": 1319}

@@ -14,7 +14,7 @@ from pathlib import Path
 from plugin.launch import Owner, build_launch_spec
 from plugin.settings import parse_settings
 from plugin.share_summary import settings_lines
-from tests_offline.conftest import PROFILES, REPO_ROOT
+from tests_offline.paths import PROFILES, REPO_ROOT
 
 PROFILE = PROFILES / "research-target-rtx-pro-6000-96gb.json"
 EXAMPLES = REPO_ROOT / "examples"

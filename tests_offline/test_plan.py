@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import secrets
 import shutil
 import stat
 
@@ -13,12 +12,11 @@ import pytest
 from plugin.capacity import CHECKS, TABLE_TITLE
 from plugin.image import ImageFacts
 from plugin.outcomes import Blocked
-from tests_offline.tiny_image import tiny_rootfs
 from plugin.plan import (PLAN_SCHEMA, PlanFileError, describe_settings, load_plan, plan_bytes, plan_changes,
                          plan_digest, plan_document, require_same_plan)
-from tests_offline.conftest import PROFILES, REPO_ROOT
+from tests_offline.capacity_facts import checkpoint_facts, layers_table, settings_with
+from tests_offline.paths import PROFILES, REPO_ROOT
 from tests_offline.synth import SYNTHETIC_METADATA, write_checkpoint
-from tests_offline.test_capacity import checkpoint_facts, layers_table, settings_with
 
 GIB = 2**30
 RESEARCH_PROFILE = PROFILES / "research-target-rtx-pro-6000-96gb.json"
@@ -104,21 +102,6 @@ def test_settings_lines_show_every_assumed_knob():
 
 
 # ---- real sessions -------------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def engine_images(docker_client):
-    """Two tiny images imported locally (labelled onegpu.test=1): a tag on the first; removed at the end."""
-    repo, ids = f"onegpu-test-plan-{secrets.token_hex(4)}", []
-    try:
-        for n in range(2):
-            docker_client.api.import_image_from_data(tiny_rootfs(b"onegpu plan test\n") + bytes(n), repository=repo,
-                                                     tag=f"v{n}", changes=[f"LABEL onegpu.test=1 onegpu.n={n}"])
-            ids.append(docker_client.images.get(f"{repo}:v{n}").id)
-        yield f"{repo}:v0", ids
-    finally:
-        for image_id in ids:
-            docker_client.images.remove(image_id, force=True)
-
 
 # Two decoder layers of 1 GiB BF16 weights plus a 1 GiB embedding: small on paper, sparse on disk.
 TINY_TABLE = layers_table(2, 1)

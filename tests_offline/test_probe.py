@@ -8,7 +8,7 @@ from plugin.launch import LABEL_ROLE
 from plugin.outcomes import Blocked
 from plugin.probe import probe_create_kwargs, run_probe
 from plugin.probe_parse import PROBE_MARKER, describe, flags_in_help, judge_probe, parse_probe_output
-from tests_offline.engine_helpers import make_spec, stub_image  # noqa: F401  (fixture)
+from tests_offline.engine_helpers import make_spec
 
 # vLLM 0.22's `vllm serve --help=all` (argparse layout, long descriptions wrapped by the terminal width).
 HELP_ALL_0_22 = """\

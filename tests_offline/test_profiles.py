@@ -14,7 +14,7 @@ from plugin.hardware import replay
 from plugin.hardware_model import SCHEMA, facts_to_json, load_profile
 from plugin.jsonable import FactsFormatError
 from plugin.outcomes import Blocked
-from tests_offline.conftest import PROFILES, REPO_ROOT
+from tests_offline.paths import PROFILES, REPO_ROOT
 
 MiB, GiB = 2**20, 2**30
 RESEARCH = PROFILES / "research-target-rtx-pro-6000-96gb.json"

@@ -17,10 +17,9 @@ from plugin.outcomes import Blocked
 from plugin.propose import (NOT_SETTINGS, PROPOSAL_SCHEMA, REQUEST_SCHEMA, outcome_lines, parse_request, propose,
                             proposal_document, proposal_table)
 from plugin.settings import SettingsError, load_settings, parse_settings
-from tests_offline.conftest import PROFILES, REPO_ROOT
+from tests_offline.capacity_facts import LLAMA_CONFIG, checkpoint_facts, gpu_device, host, layers_table
+from tests_offline.paths import PROFILES, REPO_ROOT
 from tests_offline.synth import SYNTHETIC_METADATA, write_checkpoint
-from tests_offline.test_capacity import LLAMA_CONFIG, checkpoint_facts, gpu_device, host, layers_table
-from tests_offline.test_plan import engine_images  # noqa: F401  (a fixture: two tiny local images)
 
 GIB = 2**30
 RESEARCH_PROFILE = PROFILES / "research-target-rtx-pro-6000-96gb.json"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from tests_offline.test_manifest import _settings, kit_dir, plain_checkpoint, sha256sum_lines  # noqa: F401
+from tests_offline.custody_helpers import _settings, plain_checkpoint, sha256sum_lines
 
 
 def custody_session(kit_dir, hashes_text: str, change=None):

@@ -32,10 +32,10 @@ from pathlib import Path
 import pytest
 
 from plugin.kvcache import kv_cache_estimate
-from tests_offline.conftest import REPO_ROOT
+from tests_offline.image_runs import run_in_image
+from tests_offline.paths import REPO_ROOT
 from tests_offline.real_engine.build import CONSTRAINTS
 from tests_offline.real_engine.python_env import VLLM_VERSION, read_pins
-from tests_offline.test_real_engine_image import run_in_image
 
 EXAMPLES = REPO_ROOT / "examples"
 CONFIGS = {"flash": EXAMPLES / "configs" / "MiMo-V2.6-Flash.config.json",

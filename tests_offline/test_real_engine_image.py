@@ -11,11 +11,10 @@ import json
 
 import pytest
 
+from tests_offline.image_runs import CONTAINER_TIMEOUT_S, run_ok
 from tests_offline.real_engine.build import CONSTRAINTS, LABEL, RECORD_DIR, ensure_real_engine_image, \
     real_engine_tag
 from tests_offline.real_engine.python_env import VLLM_ALIAS_VERSION, VLLM_VERSION, normalise, read_pins
-
-CONTAINER_TIMEOUT_S = 300
 
 
 @pytest.fixture(scope="session")
@@ -25,29 +24,6 @@ def real_engine_image(docker_client) -> str:
         return ensure_real_engine_image(docker_client)
     except Exception as exc:  # noqa: BLE001  (any build failure is reported whole, never skipped)
         pytest.fail(f"the real-engine image could not be built: {type(exc).__name__}: {exc}", pytrace=False)
-
-
-def run_in_image(client, image_id: str, command: list[str], entrypoint: list[str] | None = None,
-                 timeout_s: int = CONTAINER_TIMEOUT_S, **create):
-    """(exit status, stdout, stderr) of `command` in a fresh container with no network, removed after; `create`
-    adds docker create arguments (volumes, environment)."""
-    container = client.containers.create(image_id, command=command, entrypoint=entrypoint, network_mode="none",
-                                         labels={"onegpu.test": "1"}, **create)
-    try:
-        container.start()
-        status = container.wait(timeout=timeout_s)["StatusCode"]
-        stdout = container.logs(stdout=True, stderr=False).decode(errors="replace")
-        stderr = container.logs(stdout=False, stderr=True).decode(errors="replace")
-    finally:
-        container.remove(force=True)
-    return status, stdout, stderr
-
-
-def run_ok(client, image_id: str, command: list[str], entrypoint: list[str] | None = None) -> str:
-    """stdout of a command that must exit 0 (the assertion shows its output otherwise)."""
-    status, stdout, stderr = run_in_image(client, image_id, command, entrypoint)
-    assert status == 0, f"{entrypoint or ['vllm']} {command} exited {status}\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    return stdout
 
 
 def test_image_carries_its_tag_label_and_entrypoint(docker_client, real_engine_image):

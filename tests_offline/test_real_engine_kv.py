@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from plugin.kvcache import kv_cache_estimate
+from tests_offline.image_runs import run_ok
 from tests_offline.real_engine import tiny_models
-from tests_offline.test_real_engine_image import run_ok
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = ROOT / "tests_offline" / "real_engine" / "vllm_kv_accounting.py"

@@ -10,10 +10,8 @@ exactly as tests_offline/test_approve_e2e.py does. Everything else is the real p
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import html
 import json
-import os
 import re
 import subprocess
 import sys
@@ -21,142 +19,18 @@ import time
 from pathlib import Path
 
 import pytest
-import requests
 
 from plugin.report_summary import REVIEW_LINE, TITLE, sections
 from plugin.report_svg import memory_plot, series, thin
+from tests_offline.report_sessions import HOSTILE, MODEL, kit_sections, partial_receipt
 
 REPO = Path(__file__).resolve().parents[1]
-GPU_ELEMENT_TEST = "tests_hw/test_2_plan_launch.py::test_launch_plan_has_every_element_of_the_engine_container"
-MODEL = "stub-org/e2e-model"
-# Distinctive values planted in the real sessions, so the share tests can look for them.
-PROJECT_NAME = "p-LEAKPATH-7q2x"
-PROMPT = "PLANTED-PROMPT-violet-kangaroo-4471"
-HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)> & "quotes" \'single\''
-
-
-# -- real sessions, each run once per pytest session and shared by the report, share and compare tests --------
-
-def _request_lines(tag: str, n: int) -> bytes:
-    lines = [{"custom_id": f"{tag}{i}", "method": "POST", "url": "/v1/chat/completions",
-              "body": {"model": MODEL, "messages": [{"role": "user", "content": f"{PROMPT} {tag} {i}"}],
-                       "max_tokens": 16}} for i in range(n)]
-    return b"".join(json.dumps(line).encode() + b"\n" for line in lines)
-
-
-def _protocol(data: bytes, benchmark: str) -> dict:
-    return {"schema": "axm/frozen-benchmark-requests@1", "benchmark_id": benchmark, "harness_revision": "h 1",
-            "dataset_revision": "d 1", "scorer_revision": "s 1", "interaction": "independent_requests",
-            "timing_policy": "offline-no-per-request-deadline", "context": 8192,
-            "requests_sha256": hashlib.sha256(data).hexdigest()}
-
-
-class RealRuns:
-    """Run folders of real kit sessions in one throwaway kit project; each is made on first use only.
-
-    The cache lives in pytest's base temp folder, so test modules that import this share the sessions.
-    """
-
-    SESSIONS = {
-        "blocked-scan": (["-m", "scan"], {}),
-        "scan-a": (["-m", "scan", "--settings=s.json"], {}),
-        "scan-b": (["-m", "scan", "--settings=s2.json"], {}),
-        "approve-a": (["-m", "approve_load", "--settings=s.json", "--requests=r.jsonl", "--protocol=p.json"],
-                      {"STUB_BOOT_DELAY_S": "4.5"}),
-        "approve-b": (["-m", "approve_load", "--settings=s.json", "--requests=r2.jsonl", "--protocol=p2.json"],
-                      {"STUB_BOOT_DELAY_S": "0.5"}),
-        "oom": (["-m", "approve_load", "--settings=s.json"], {"STUB_FAIL": "load_oom"}),
-        "serve": (["-m", "approve_load and (serve or canary or batch)", "--settings=s.json", "--requests=r.jsonl",
-                   "--protocol=p.json"], {}),
-    }
-
-    def __init__(self, base: Path):
-        from tests_offline.stub_engine.build import stub_tag
-        from tests_offline.e2e.harness import make_project
-
-        self.project = base / PROJECT_NAME
-        if not (self.project / "s.json").exists():
-            make_project(self.project, stub_tag())
-            settings = json.loads((self.project / "s.json").read_text())
-            (self.project / "s2.json").write_text(json.dumps({**settings, "context_tokens": 4096}))
-            for suffix, tag, n in (("", "q", 4), ("2", "z", 3)):
-                data = _request_lines(tag, n)
-                (self.project / f"r{suffix}.jsonl").write_bytes(data)
-                (self.project / f"p{suffix}.json").write_text(json.dumps(_protocol(data, f"bench {tag}")))
-
-    def _launch(self, name: str) -> subprocess.Popen:
-        args, stub_env = self.SESSIONS[name]
-        env = {**os.environ, "PYTHONPATH": str(REPO), "ONEGPU_E2E_STUB_ENV": json.dumps(stub_env),
-               "ONEGPU_E2E_NVML_RECORD": str(self.project / "nvml-record.json")}
-        env.pop("PYTEST_ADDOPTS", None)
-        argv = [sys.executable, "-m", "pytest", *args, f"--out=runs/{name}", "--deselect", GPU_ELEMENT_TEST,
-                "-p", "no:randomly"]
-        return subprocess.Popen(argv, cwd=self.project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
-
-    def folder(self, name: str) -> Path:
-        """The run folder of session `name` (made now if this pytest session has not made it yet)."""
-        out = self.project / "runs" / name
-        if not (out / "terminal.txt").exists():
-            proc = self._launch(name)
-            if name == "serve":
-                self._use_the_window(out, proc)
-            text, _ = proc.communicate(timeout=300)
-            assert (out / "receipt.json").is_file(), text
-            (out / "terminal.txt").write_text(text)  # the session's output, kept beside its evidence
-        return out
-
-    def stdout(self, name: str) -> str:
-        return (self.folder(name) / "terminal.txt").read_text()
-
-    @staticmethod
-    def _use_the_window(out: Path, proc: subprocess.Popen) -> None:
-        """Once READY: one chat call through the adapter with the planted prompt, then STOP."""
-        conn = out / "connection-private.json"
-        end = time.monotonic() + 120
-        while not (conn.exists() and json.loads(conn.read_text())["state"] == "READY"):
-            assert proc.poll() is None and time.monotonic() < end, proc.stdout.read() if proc.poll() else "timeout"
-            time.sleep(0.1)
-        doc = json.loads(conn.read_text())
-        reply = requests.post(f"{doc['openai_base_url']}/chat/completions", timeout=30,
-                              headers={"Authorization": f"Bearer {doc['api_key']}"},
-                              json={"model": MODEL, "messages": [{"role": "user", "content": f"{PROMPT} serve"}],
-                                    "max_tokens": 8})
-        assert reply.status_code == 200, reply.text
-        (out / "STOP").touch()
-
-
-@pytest.fixture(scope="session")
-def real_runs(docker_client, tmp_path_factory) -> RealRuns:
-    from tests_offline.stub_engine.build import ensure_stub_image
-
-    ensure_stub_image(docker_client)
-    return RealRuns(tmp_path_factory.getbasetemp())
 
 
 # -- helpers ------------------------------------------------------------------------------------------------------
 
-def kit_sections(page: str) -> dict[str, str]:
-    """The kit's sections of a report page (or of joined section strings), by their id."""
-    parts = re.split(r'<div class="og" id="og-([a-z]+)">', page)
-    return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
-
-
 def report_of(folder: Path) -> str:
     return (folder / "report.html").read_text(encoding="utf-8")
-
-
-def partial_receipt() -> dict:
-    """A scan that read the machine and then stopped: nothing after the machine phase ran."""
-    tests = {"tests_hw/test_1_machine.py::test_a": {"phase": "machine", "outcome": "passed"},
-             "tests_hw/test_4_custody.py::test_b": {"phase": "custody", "outcome": "deselected",
-                                                     "message": "needs approval: -m approve_load"}}
-    phases = {p: {"verdict": "NOT RUN", "code": None, "message": None, "counts": {}} for p in
-              ("plan", "probe", "custody", "load", "canary", "batch", "serve")}
-    return {"schema": "onegpu/receipt@1", "kind": "scan", "tests": tests, "verdict": "NO DEFINITE FAILURE FOUND",
-            "phases": {"machine": {"verdict": "PASSED", "counts": {"passed": 1}}, **phases},
-            "hardware": {"source": "live", "gpu": {"nvml_loaded": False, "error": "NVMLError_LibraryNotFound"},
-                         "host": {"ram_total_bytes": 2**34}, "docker": {"reachable": False, "error": "no socket"}}}
 
 
 # -- pure rendering ------------------------------------------------------------------------------------------------

@@ -25,8 +25,7 @@ from pathlib import Path
 import pytest
 
 from plugin.outcomes import Blocked
-from tests_offline.test_report import HOSTILE, real_runs  # noqa: F401  (a shared session fixture)
-from tests_offline.test_report_insight import insight_runs  # noqa: F401  (a shared session fixture)
+from tests_offline.report_sessions import HOSTILE
 
 PAGE_TIMEOUT_S = 60
 WIDTH = 1280

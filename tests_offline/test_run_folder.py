@@ -12,7 +12,7 @@ import pytest
 
 import plugin
 from plugin import rundir
-from tests_offline.conftest import REPO_ROOT
+from tests_offline.paths import REPO_ROOT
 
 GOOD_SETTINGS = {
     "schema": "onegpu/settings@1",

@@ -13,7 +13,7 @@ import pytest
 
 from plugin.container_cgroup import CgroupDir, cgroup_from_proc, find_container_cgroup, memory_bytes, parse_oom_kill
 from plugin.sampler import Sampler, gpu_sample_from_raw, peaks, read_gpu_raw
-from tests_offline.engine_helpers import make_spec, stub_image  # noqa: F401  (fixture)
+from tests_offline.engine_helpers import make_spec
 
 UUID = "GPU-5d0c1f2e-8a7b-4c3d-9e8f-0a1b2c3d4e5f"
 GiB = 2**30

@@ -12,7 +12,7 @@ import pynvml
 import pytest
 
 from plugin.nvml_facts import read_raw
-from tests_offline.conftest import REPO_ROOT
+from tests_offline.paths import REPO_ROOT
 from tests_offline.docker_required import require_docker
 
 HOST_FACTS = ("test_host_ram_is_known", "test_cgroup_limits_are_read", "test_memlock_and_hugepages_are_read",

@@ -17,8 +17,7 @@ import pytest
 
 from plugin.report_html import SHARE_NAME, write_share_summary
 from plugin.share_summary import WITHHELD, shaped, share_text
-from tests_offline.test_report import PROJECT_NAME, PROMPT, partial_receipt, real_runs  # noqa: F401
-from tests_offline.test_report_insight import insight_runs  # noqa: F401  (a shared session fixture)
+from tests_offline.report_sessions import PROJECT_NAME, PROMPT, partial_receipt
 
 MARK = "PLANTED-MARK-zx81"
 HOST = "gpu-box-17.corp.example.com"

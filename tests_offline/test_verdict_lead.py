@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from plugin.verdicts import phase_verdicts, run_verdict
-from tests_offline.conftest import PROFILES, REPO_ROOT
+from tests_offline.paths import PROFILES, REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "examples"
 PROFILE = PROFILES / "research-target-rtx-pro-6000-96gb.json"
