@@ -228,6 +228,7 @@ def _set_timeout_backstop(config, kit: KitSession, acting: list) -> None:
     for item in acting:
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(limit, method="signal"))
+    assert kit.receipt is not None, "collection ends after the run folder opened"
     kit.receipt.set("timeout_backstop_s", limit)
 
 

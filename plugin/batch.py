@@ -78,7 +78,7 @@ class Recorded:
 
     @property
     def answered(self) -> set[str]:
-        return {r.get("custom_id") for r in self.responses}
+        return {r["custom_id"] for r in self.responses if r.get("custom_id") is not None}
 
 
 @dataclass
@@ -152,14 +152,16 @@ def _cut_torn_line(path: Path, keep: int, torn: bytes) -> None:
 
 def open_records(files: BatchFiles) -> Recorded:
     """Read the record files of a (possibly interrupted) run, repairing torn last lines."""
-    loaded, cut = [], {}
+    loaded: list[list[dict]] = []
+    cut: dict[str, int] = {}
     for path in files.all():
         records, torn = recover_jsonl(path)
         if torn:
             _cut_torn_line(path, path.stat().st_size - len(torn), torn)
             cut[path.name] = len(torn)
         loaded.append(records)
-    return Recorded(*loaded, cut=cut)
+    responses, errors, timings = loaded
+    return Recorded(responses, errors, timings, cut=cut)
 
 
 def pending(requests: Iterable[RequestLine], answered: set[str]) -> list[RequestLine]:
@@ -271,6 +273,7 @@ def run_requests(requests: list[RequestLine], engine: EngineLike, files: BatchFi
                     .hexdigest(), "request_bytes": len(req.body), "sent": False, "started_at": now_iso()}
             code = None
             if result.engine_death is not None:
+                assert result.engine_end is not None  # set together with engine_death
                 code = result.engine_end["code"]
                 recorder.failed(req, base, code, "not sent: the engine had died", result.engine_death)
             elif clock() >= deadline_at:

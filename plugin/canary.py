@@ -133,7 +133,8 @@ def _reply_texts(body) -> tuple[str, str]:
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         return "", ""
     choice = choices[0]
-    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    stated = choice.get("message")
+    message: dict = stated if isinstance(stated, dict) else {}
     answer = message.get("content") if message else choice.get("text")
     reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
     return (answer if isinstance(answer, str) else ""), (reasoning if isinstance(reasoning, str) else "")

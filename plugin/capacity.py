@@ -52,6 +52,7 @@ class Verdict:
 
     def blocked(self) -> Blocked:
         """The Blocked outcome of a BLOCKED verdict (for the pytest layer to raise)."""
+        assert self.code is not None, "a BLOCKED verdict carries its code"
         return Blocked(self.code, self.message, dict(self.numbers))
 
     def as_json(self) -> dict:

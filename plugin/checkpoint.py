@@ -74,7 +74,7 @@ def _read(root: Path) -> CheckpointFacts:
         shard_facts.append(ShardFacts(name, header.file_bytes, header.header_bytes, len(header.names)))
         synthetic = synthetic or SYNTHETIC_METADATA_KEY in header.metadata
         del header
-    tensors, totals = table.finish(weight_map)
+    tensors, totals = table.finish(weight_map or {})
     del weight_map
     _check_unlisted(root, listing.files, shards, index_file)
     facts = _facts(root, layout, config, side, index_file, total_size, shard_facts, synthetic, tensors, totals,
@@ -230,7 +230,7 @@ class _TableBuilder:
     which neither reads.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.names: list[str] = []
         self.dtype_codes: dict[str, int] = {}
         self.dtype_of = bytearray()

@@ -74,7 +74,7 @@ class TensorTable:
         rows = list(rows)
         names = [t.name for t in rows]
         collapsed = collapse_experts(names) or names
-        groups = {}
+        groups: dict[str, int] = {}
         first = array("q")
         for i, key in enumerate(collapsed):
             if key not in groups:

@@ -44,8 +44,8 @@ def _names(paths, total: int) -> str:
 
 
 def manifest_line(a: RunEvidence, b: RunEvidence) -> str:
-    missing = [r.label for r in (a, b) if r.manifest is None]
-    if missing:
+    if a.manifest is None or b.manifest is None:
+        missing = [r.label for r in (a, b) if r.manifest is None]
         ca, cb = a.receipt.get("checkpoint") or {}, b.receipt.get("checkpoint") or {}
         header = ""
         if ca and cb:
@@ -71,7 +71,7 @@ def manifest_line(a: RunEvidence, b: RunEvidence) -> str:
 def _same(question: str, va, vb, what: str, la: str, lb: str) -> str:
     label = f"{question:<27} "
     if va is None or vb is None:
-        where = " and ".join(l for l, v in ((la, va), (lb, vb)) if v is None)
+        where = " and ".join(name for name, v in ((la, va), (lb, vb)) if v is None)
         return f"{label}UNKNOWN: no {what} in {where}"
     return f"{label}YES: {va}" if va == vb else f"{label}NO: A {va}, B {vb}"
 

@@ -115,10 +115,10 @@ def scan_names(config: dict, names, groups: tuple | None = None) -> NameScan:
         group_of, distinct = groups
         collapsed = list(map(distinct.__getitem__, group_of))
     else:
-        collapsed = collapse_experts(names)
-        if collapsed is None:
+        maybe = collapse_experts(names)
+        if maybe is None:
             return _scan_names(config, names)
-        distinct = list(dict.fromkeys(collapsed))
+        collapsed, distinct = maybe, list(dict.fromkeys(maybe))
     out = _scan_names(config, distinct)
     listed = {*out.vision, *out.audio, *out.heads}
     if listed:

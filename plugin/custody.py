@@ -101,7 +101,8 @@ def take_custody(req: CustodyRequest, report: Report | None = None) -> Custody:
     if req.reuse is not None:
         digests, hashing_s = _stat_match(req.reuse, layout, stats), None
         earlier = req.reuse.manifest
-        hashing = {"seconds": None, "bytes_per_s": None, "note": "not re-hashed: " + REUSE_STATEMENT.lower()}
+        hashing: dict[str, object] = {"seconds": None, "bytes_per_s": None,
+                                      "note": "not re-hashed: " + REUSE_STATEMENT.lower()}
         source = {"kind": "stat-matched", "manifest": req.reuse.path, "manifest_sha256": req.reuse.sha256,
                   "hashed_at": earlier.get("created_at"), "earlier_hashing": earlier.get("hashing")}
         statements.append(f"{REUSE_STATEMENT}: the {len(stats)} files have the size, mtime and inode recorded by "

@@ -103,7 +103,7 @@ class _Containers:
     def list(self, all: bool = False, filters: dict | None = None, ignore_removed: bool = False) -> list:
         """containers.list as the SDK does it: the list with its query, then each container inspected; one
         removed in between (404) is skipped with ignore_removed."""
-        query = {"limit": -1, "all": 1 if all else 0, "size": 0, "trunc_cmd": 0}
+        query: dict[str, int | str] = {"limit": -1, "all": 1 if all else 0, "size": 0, "trunc_cmd": 0}
         if filters:  # docker.utils.convert_filters
             query["filters"] = json.dumps({k: [v if isinstance(v, str) else str(v) for v in vs] for k, vs in (
                 (k, ("true" if v else "false") if isinstance(v, bool) else v) for k, v in filters.items())

@@ -14,11 +14,11 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
-from .bootlog import Failure, death_in_log, explain_failure, parse_boot_log
+from .bootlog import BootFacts, Failure, death_in_log, explain_failure, parse_boot_log
 from .engine_watch import LogPump, OomWatch, last_line
 from .interrupts import GUARD
 from .launch import LABEL_OWNER_PID, LABEL_RUN_ID, LaunchSpec
@@ -85,7 +85,7 @@ def engine_end(failure: Failure | None, log_text: str, state: dict, oom_first: i
     if failure is None:
         failure = Failure("LOAD_TIMEOUT", None) if timed_out else Failure("ENGINE_DIED", death_in_log(log_text))
     oom_kills = oom_last - oom_first if oom_first is not None and oom_last is not None else None
-    tail = last_line("\n".join(l for l in _tail(log_text) if l.strip()))
+    tail = last_line("\n".join(line for line in _tail(log_text) if line.strip()))
     return EngineEnd(failure.code, failure.quote, tail, state.get("exit_code"), state.get("oom_killed"),
                      oom_kills, state.get("oom_events"), ram_cap_bytes)
 
@@ -108,7 +108,7 @@ class EngineHandle:
         self.spec: LaunchSpec = engine.spec
         self.socket_path: str = engine.spec.socket_path
         self.log_path: Path = engine.log_path
-        self.boot = None  # BootFacts once ready
+        self.boot: BootFacts | None = None  # once ready
         self.container_id: str | None = None
 
     def state(self) -> dict:
@@ -137,9 +137,10 @@ class Engine:
         self.record = record or (lambda **kv: None)
         self.stop_timeout_s = stop_timeout_s
         self.sample_interval_s = sample_interval_s
-        self.container = None
+        self.container: Any = None  # the docker SDK's Container (untyped), once created
         self.handle = EngineHandle(self)
-        self.final: dict | None = None
+        self.final: dict | None = None  # the end state, once close() ran
+        self._end: dict = {}  # what close() establishes, step by step (final, from its start)
         self.boot_elapsed_s: float | None = None
         self._pump: LogPump | None = None
         self._oom: OomWatch | None = None
@@ -310,9 +311,9 @@ class Engine:
         """
         if self.final is not None:
             return self.final
-        self.final = {}
+        self.final = self._end  # the steps below fill it
         if self.container is None:
-            return self.final
+            return self._end
         pending: BaseException | None = None
         with GUARD.shield():
             for step in (self._step_state_before, self._step_stop, self._step_state_after, self._step_watchers,
@@ -320,31 +321,31 @@ class Engine:
                 try:
                     step()
                 except Exception as exc:  # one step failing (say, the events API) must not skip the rest
-                    self.final.setdefault("errors", []).append(f"{step.__name__}: {type(exc).__name__}: {exc}")
+                    self._end.setdefault("errors", []).append(f"{step.__name__}: {type(exc).__name__}: {exc}")
                 except BaseException as exc:  # a timeout or signal mid-teardown must not skip the removal
                     pending = pending or exc
-            self.record(end={k: v for k, v in self.final.items() if k != "log_text"})
-            if self._reaper is not None and self.final.get("removed"):
+            self.record(end={k: v for k, v in self._end.items() if k != "log_text"})
+            if self._reaper is not None and self._end.get("removed"):
                 self._reaper.release()
         if pending is not None:
             raise pending
-        if not self.final.get("removed"):
+        if not self._end.get("removed"):
             raise RuntimeError(f"engine container {self.container.id[:12]} could not be removed: "
-                               f"{self.final.get('errors')}")
-        return self.final
+                               f"{self._end.get('errors')}")
+        return self._end
 
     def _step_state_before(self) -> None:
-        self.final["state_at_end"] = self.state()
+        self._end["state_at_end"] = self.state()
 
     def _step_stop(self) -> None:
-        if self.final["state_at_end"]["status"] in ("running", "restarting", "paused"):
+        if self._end["state_at_end"]["status"] in ("running", "restarting", "paused"):
             t = time.monotonic()
             self.container.stop(timeout=self.stop_timeout_s)
-            self.final["stop_s"] = round(time.monotonic() - t, 3)
+            self._end["stop_s"] = round(time.monotonic() - t, 3)
 
     def _step_state_after(self) -> None:
         st = self.state()
-        self.final.update(status=st["status"], exit_code=st["exit_code"], oom_killed=st["oom_killed"],
+        self._end.update(status=st["status"], exit_code=st["exit_code"], oom_killed=st["oom_killed"],
                           stopped_at=now_iso())
 
     def _step_watchers(self) -> None:
@@ -352,34 +353,34 @@ class Engine:
             self._pump.stop()
         if self._oom is not None:
             self._oom.stop()
-            self.final.update(oom_kill_count_first=self._oom.first, oom_kill_count_last=self._oom.last,
+            self._end.update(oom_kill_count_first=self._oom.first, oom_kill_count_last=self._oom.last,
                               oom_kill_count_rose=self._oom.rose)
         if self.sampler is not None:
-            self.final["samples"] = self.sampler.stop()
+            self._end["samples"] = self.sampler.stop()
 
     def _step_logs(self) -> None:
         text = self._logs_now()
-        self.final["log_text"] = text
+        self._end["log_text"] = text
         streamed = self._pump.chars if self._pump else 0
         if len(text) != streamed or not self.log_path.exists():
             write_private(self.log_path, text)  # the daemon's complete copy replaces a partial stream
-        self.final["log_chars"] = len(text)
+        self._end["log_chars"] = len(text)
 
     def _step_oom_events(self) -> None:
         since = int(self._started_wall or time.time()) - 1
         events = self.client.events(since=since, until=f"{time.time():.6f}", decode=True,
                                     filters={"container": self.container.id, "event": "oom"})
-        self.final["oom_events"] = sum(1 for _ in events)
+        self._end["oom_events"] = sum(1 for _ in events)
 
     def _step_remove(self) -> None:
-        if self.final.get("removed"):
+        if self._end.get("removed"):
             return
         try:
             self.container.remove(force=True, v=True)
         except NotFound:
             pass
-        self.final["removed"] = True
-        self.final["removed_at"] = now_iso()
+        self._end["removed"] = True
+        self._end["removed_at"] = now_iso()
 
 
 def facts_json(boot) -> dict | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import threading
 from pathlib import Path
+from typing import Any
 
 from .container_cgroup import find_container_cgroup, oom_kill_count
 from .rundir import open_private_append
@@ -30,7 +31,7 @@ class LogPump:
         self.text = ""  # what came, bounded to the last TAIL_CHARS
         self.chars = 0
         self.error: str | None = None
-        self._stream = None
+        self._stream: Any = None  # the docker SDK's log stream (untyped), from start()
         self._thread: threading.Thread | None = None
 
     def start(self) -> "LogPump":

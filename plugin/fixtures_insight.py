@@ -261,6 +261,7 @@ def proposal(pytestconfig, hardware, kit) -> dict:
     """settings-proposed.json (0600) from --propose and this machine's facts; shown as a table."""
     opts = _options(pytestconfig)
     req = opts.request
+    assert req is not None, "tests of the proposal are deselected without --propose"
     try:
         gpu, why = select_gpu(hardware.gpu, req.gpu), None
     except Blocked as blocked:
@@ -305,7 +306,9 @@ def proposal(pytestconfig, hardware, kit) -> dict:
 @pytest.fixture(scope="session")
 def operator_score(pytestconfig, kit, request) -> dict:
     """The operator's native score from --operator-score, recorded as operator-supplied (never computed here)."""
-    record, path, sha = _options(pytestconfig).score
+    score = _options(pytestconfig).score
+    assert score is not None, "tests of the operator score are deselected without --operator-score"
+    record, path, sha = score
     model_id = revision = None
     if settings_path(pytestconfig) is not None:
         try:

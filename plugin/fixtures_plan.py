@@ -177,7 +177,7 @@ def plan(request, pytestconfig, settings, hardware, checkpoint, kv_estimate, cap
                              launch_spec.to_json(), kv=kv_estimate)
     path = write_private(kit.run_folder / "plan.json", plan_bytes(document))
     digest = plan_digest(document)
-    record = {"path": str(path), "sha256": digest, "approved": None}
+    record: dict[str, object] = {"path": str(path), "sha256": digest, "approved": None}
     kit.receipt.set("plan", record)
     kit.show("plan", f"plan written: {path} (sha256 {digest})")
     approved_path = pytestconfig.getoption("plan")

@@ -206,6 +206,7 @@ def _records_line(files: BatchFiles) -> str:
 def _blocked_by(run: RunResult, what: str) -> Blocked | None:
     if run.engine_death is not None:
         end = run.engine_end
+        assert end is not None  # set together with engine_death
         return Blocked(end["code"], f"the engine died during the {what} {end['why']}; the requests left are "
                                     "recorded as errors", {**run.engine_death})
     if run.deadline_hit:

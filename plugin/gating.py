@@ -49,7 +49,8 @@ def is_core_act(item) -> bool:
 
 def split_unapproved(items: list, markexpr: str, session_approved: bool) -> tuple[list, list]:
     """(kept, held back) for the items pytest left after its own -m/-k selection."""
-    kept, held = [], []
+    kept: list = []
+    held: list = []
     for item in items:
         if is_core_act(item):
             keep = session_approved

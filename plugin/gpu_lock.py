@@ -51,7 +51,7 @@ class GpuLock:
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
-        self.since = None
+        self.since: float | None = None
 
     def acquire(self) -> "GpuLock":
         """Take the lock; raises Blocked GPU_LOCKED naming the holder when another session has it."""
@@ -71,16 +71,16 @@ class GpuLock:
         sock.listen(16)
         sock.settimeout(0.5)
         self._sock, self.since = sock, time.time()
-        self._thread = threading.Thread(target=self._answer, name="onegpu-gpu-lock", daemon=True)
+        self._thread = threading.Thread(target=self._answer, args=(sock,), name="onegpu-gpu-lock", daemon=True)
         self._thread.start()
         return self
 
-    def _answer(self) -> None:
+    def _answer(self, sock: socket.socket) -> None:
         answer = json.dumps({"pid": os.getpid(), "run_folder": self.run_folder, "gpu_uuid": self.gpu_uuid,
                              "since": self.since}).encode()
         while not self._stopping.is_set():
             try:
-                conn, _ = self._sock.accept()
+                conn, _ = sock.accept()
             except socket.timeout:
                 continue
             except OSError:

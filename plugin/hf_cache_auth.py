@@ -123,7 +123,9 @@ def _unescape(text: str) -> str:
 
 
 def _parse_sum_lines(text: str) -> tuple[dict[str, str], list[str]]:
-    entries, seen, errors = {}, {}, []
+    entries: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    errors: list[str] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -199,7 +201,8 @@ class PublisherCheck:
 
 def check_publisher_hashes(digests: dict[str, str], publisher: PublisherHashes) -> PublisherCheck:
     """Compare every file's SHA-256 with the publisher's list, both ways."""
-    matched, mismatched = [], []
+    matched: list[str] = []
+    mismatched: list[str] = []
     for path, ours in sorted(digests.items()):
         theirs = publisher.entries.get(path)
         if theirs is None:

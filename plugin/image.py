@@ -68,7 +68,7 @@ def _resolve_on_socket(reference: str) -> ImageFacts:
     if status != 200 or not isinstance(attrs, dict):
         raise NotAnswered(f"image {reference!r}: {status}")
     image_id = attrs.get("Id")
-    if not IMAGE_ID.match(image_id if isinstance(image_id, str) else ""):
+    if not isinstance(image_id, str) or not IMAGE_ID.match(image_id):
         raise NotAnswered(f"image {reference!r}: ID {image_id!r}")  # the SDK path words the refusal
     return ImageFacts(reference=reference, id=image_id, repo_tags=list(attrs.get("RepoTags") or []),
                       repo_digests=list(attrs.get("RepoDigests") or []), created=attrs.get("Created"),

@@ -13,7 +13,7 @@ reads the file the plain way, which finds and names whatever rule is broken. Thi
 from __future__ import annotations
 
 from itertools import repeat
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -25,11 +25,11 @@ def decode_index(raw: bytes, shard_files: list[str]) -> dict | None:
     # Shard names with a colon would need their colons counted per entry; no common layout has one.
     if not shard_files or b"\\" in raw or any(":" in name for name in shard_files):
         return None
-    index_type = msgspec.defstruct(
-        "Index", [("weight_map", dict[str, Literal[tuple(shard_files)]]), ("metadata", object, msgspec.UNSET)],
-        forbid_unknown_fields=True)
+    weight_map_type: Any = dict[str, Literal[tuple(shard_files)]]  # type: ignore[misc]  # files known at run time
+    index_type = msgspec.defstruct("Index", [("weight_map", weight_map_type), ("metadata", object, msgspec.UNSET)],
+                                   forbid_unknown_fields=True)
     try:
-        index = msgspec.json.decode(raw, type=index_type)
+        index: Any = msgspec.json.decode(raw, type=index_type)
     except msgspec.DecodeError:  # ValidationError included
         return None
     weight_map, metadata = index.weight_map, index.metadata

@@ -120,7 +120,7 @@ class KvPool:
 
 
 def _tokens_held(spec: LayerSpec, max_model_len: int, in_flight: int) -> int:
-    if spec.kind == "sliding_attention":
+    if spec.kind == "sliding_attention" and spec.window is not None:
         return min(spec.window - 1 + in_flight, max_model_len)
     return max_model_len
 

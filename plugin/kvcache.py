@@ -85,7 +85,7 @@ def kv_cache_estimate(config: dict, context_tokens: int, kv_dtype: str | None, p
     `prefill_chunk_tokens` is what the launch passes as --max-num-batched-tokens; vLLM schedules asynchronously
     by default on CUDA (two batches in flight), the CPU build never does.
     """
-    base = dict(context_tokens=context_tokens, block_size=block_size, prefill_chunk_tokens=prefill_chunk_tokens,
+    base: dict = dict(context_tokens=context_tokens, block_size=block_size, prefill_chunk_tokens=prefill_chunk_tokens,
                 async_scheduling=async_scheduling)
     notes: list[str] = []
     try:

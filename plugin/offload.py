@@ -320,7 +320,8 @@ def offload_plan(ckpt: CheckpointFacts, budget_bytes: int, pinning: str = "round
     loaded = ckpt.weight_bytes - layout.draft_bytes - layout.never_loaded_bytes - left_out + layout.engine_only_bytes
     per_layer: dict[int, int] = {}
     for p in layout.layers:
-        per_layer[p.layer] = per_layer.get(p.layer, 0) + 1
+        if p.layer is not None:  # always, for a decoder parameter
+            per_layer[p.layer] = per_layer.get(p.layer, 0) + 1
     moved_per_layer: dict[int, list[str]] = {}
     for p in moved:
         if p.layer is not None:
@@ -344,18 +345,13 @@ def offload_plan(ckpt: CheckpointFacts, budget_bytes: int, pinning: str = "round
 
 def spans(numbers: list[int]) -> str:
     """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
-    out, start, prev = [], None, None
+    runs: list[list[int]] = []  # [first, last] of each run of consecutive numbers
     for n in sorted(numbers):
-        if start is None:
-            start = prev = n
-        elif n == prev + 1:
-            prev = n
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
         else:
-            out.append(f"{start}-{prev}" if prev > start else f"{start}")
-            start = prev = n
-    if start is not None:
-        out.append(f"{start}-{prev}" if prev > start else f"{start}")
-    return ", ".join(out) or "none"
+            runs.append([n, n])
+    return ", ".join(f"{first}-{last}" if last > first else f"{first}" for first, last in runs) or "none"
 
 
 def where_lines(plan: OffloadPlan) -> str:

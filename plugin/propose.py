@@ -114,6 +114,12 @@ class Proposal:
     warnings: list[str] = field(default_factory=list)
 
 
+def _assumed_gib(name: str) -> float:
+    value = ASSUMED_DEFAULTS[name][0]
+    assert isinstance(value, (int, float)), f"{name}'s assumed default is a number of GiB"
+    return float(value)
+
+
 def _ceil_gib(n: int) -> int:
     return max(0, math.ceil(n / GIB))
 
@@ -127,7 +133,7 @@ def _reserve(req: ProposalRequest, calibration) -> tuple[float, str, dict]:
     if req.gpu_reserve_gib is not None:
         return req.gpu_reserve_gib, f"{req.gpu_reserve_gib:g} GiB (from the request)", \
             {"source": "request", "bytes": round(req.gpu_reserve_gib * GIB)}
-    default = float(ASSUMED_DEFAULTS["gpu_reserve_gib"][0])
+    default = _assumed_gib("gpu_reserve_gib")
     return default, f"{default:g} GiB ASSUMED ({ASSUMED_DEFAULTS['gpu_reserve_gib'][1]})", \
         {"source": "assumed", "bytes": round(default * GIB)}
 
@@ -224,7 +230,7 @@ def propose(req: ProposalRequest, gpu, gpu_missing_reason: str | None, host, ckp
     rows.append(("host_headroom_gib", f"{headroom_gib} GiB", headroom_why))
     rows += _host_rows(host, cap_gib, headroom_gib, alternatives)
     free_after, warnings = gpu.free_bytes - target, []
-    floor_gib = req.free_floor_gib if req.free_floor_gib is not None else float(ASSUMED_DEFAULTS["free_floor_gib"][0])
+    floor_gib = req.free_floor_gib if req.free_floor_gib is not None else _assumed_gib("free_floor_gib")
     floor = f"floor {floor_gib:g} GiB{' ASSUMED' if req.free_floor_gib is None else ''}"
     rows.append(("GPU free after boot", gib(free_after), f"driver-reported free now {gib(gpu.free_bytes)} - target "
                  f"{gib(target)} (projected; the landing measures it) vs the free-memory {floor}: "
@@ -339,6 +345,7 @@ def proposal_table(p: Proposal) -> list[str]:
     lines += [f"WARNING: {w}" for w in p.warnings]
     if p.proposed:
         s = p.settings
+        assert s is not None, "a proposal carries its settings"
         lines.append(f"PROPOSED (copy into your settings): cpu_offload_gib {s['cpu_offload_gib']}, container_ram_gib "
                      f"{s['container_ram_gib']}, host_headroom_gib {s['host_headroom_gib']}" + _alternatives_text(p))
     return lines
@@ -375,6 +382,7 @@ def outcome_lines(p: Proposal, path) -> list[str]:
     if not p.proposed:
         return [f"no budget proposed: {u}" for u in p.unknown] + [f"derivation written: {path}"]
     s = p.settings
+    assert s is not None, "a proposal carries its settings"
     lines = [f"proposed: cpu_offload_gib {s['cpu_offload_gib']}, container_ram_gib {s['container_ram_gib']}, "
              f"host_headroom_gib {s['host_headroom_gib']} -> {path} (a proposal: copy it into your settings; nothing "
              "runs from it)"]

@@ -31,7 +31,8 @@ class Reaper:
     """The owner's side: start the watcher; `release()` once the container is down."""
 
     def __init__(self, proc: subprocess.Popen, write_fd: int):
-        self.proc, self._fd = proc, write_fd
+        self.proc = proc
+        self._fd: int | None = write_fd
 
     @classmethod
     def start(cls, container_id: str, run_folder: Path) -> "Reaper":

@@ -14,6 +14,7 @@ import json
 import os
 import threading
 from pathlib import Path
+from typing import TextIO
 
 from .rundir import open_private_append, write_json
 
@@ -94,7 +95,7 @@ class Receipt:
         self.path = folder / "receipt.json"
         self.journal_path = folder / JOURNAL
         self._lock = threading.Lock()
-        self._journal = None
+        self._journal: TextIO | None = None
         earlier = _earlier_sessions(folder)
         self.data: dict = {
             "schema": SCHEMA,
@@ -164,9 +165,10 @@ class Receipt:
         kernel holds what was written). A test's outcome also waits for the disk (fsync), which makes every line
         before it durable too: a machine that loses power keeps each outcome and the facts that led to it,
         for one disk flush per test rather than per fact."""
-        if self._journal is None:
-            self._journal = open_private_append(self.journal_path)
-        self._journal.write(json.dumps(event, separators=(",", ":"), default=str) + "\n")
-        self._journal.flush()
+        journal = self._journal
+        if journal is None:
+            journal = self._journal = open_private_append(self.journal_path)
+        journal.write(json.dumps(event, separators=(",", ":"), default=str) + "\n")
+        journal.flush()
         if durable:
-            os.fsync(self._journal.fileno())
+            os.fsync(journal.fileno())

@@ -90,7 +90,8 @@ def read_settings_values(folder: Path) -> dict | None:
 
 def run_files(folder: Path) -> list[tuple[str, int | None]]:
     """(name, bytes) of the run folder's files, sorted; report.html (being written) has no size yet."""
-    names = {p.name: p.stat().st_size for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")}
+    names: dict[str, int | None] = {p.name: p.stat().st_size for p in folder.iterdir()
+                                    if p.is_file() and not p.name.startswith(".")}
     names["report.html"] = None  # this report, being written
     return sorted(names.items())
 

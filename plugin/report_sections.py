@@ -3,6 +3,8 @@ operator-supplied score, serve) and the warnings and limitations. Request and tr
 UNSCORED wherever they appear."""
 from __future__ import annotations
 
+from typing import Sequence
+
 from .batch_summary import summary_lines
 from .outcomes import gib
 from .report_insight import landing, operator_score
@@ -17,7 +19,7 @@ TIMINGS = (("hashing", "custody", "SHA-256 manifest of every checkpoint file"),
            ("serve", "serve", "serve window, READY to CLOSED"))
 
 
-def run_sections(receipt: dict, samples: list[dict]) -> list[str]:
+def run_sections(receipt: dict, samples: Sequence[dict]) -> list[str]:
     """The sections from the runtime probe to the limitations, in phase order; the landing right after the boot
     facts, the operator-supplied score beside the UNSCORED batch figures."""
     return [probe(receipt), custody(receipt), boot(receipt), landing(receipt), timings(receipt),
@@ -127,7 +129,7 @@ def timings(receipt: dict) -> str:
                    "none includes another.</p>" + table(["timing", "what", "seconds"], rows))
 
 
-def memory(receipt: dict, samples: list[dict]) -> str:
+def memory(receipt: dict, samples: Sequence[dict]) -> str:
     """The GPU memory and host RAM plot over the samples, and their peaks."""
     plot = memory_plot(samples) if samples else None
     peaks = receipt.get("samples") or {}

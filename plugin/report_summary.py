@@ -7,6 +7,7 @@ The run-phase sections (custody to serve) are in plugin.report_sections.
 from __future__ import annotations
 
 import shlex
+from typing import Sequence
 
 from .outcomes import CODES, gib
 from .report_insight import calibration, consistency, proposal, under_floor
@@ -18,8 +19,8 @@ REVIEW_LINE = ("Review before sharing: this report holds local paths, GPU UUIDs,
                "logs. summary-share.md in the same run folder is the one safe to post publicly.")
 
 
-def sections(receipt: dict, samples: list[dict] = (), settings: dict | None = None,
-             files: list[tuple[str, int | None]] = ()) -> list[str]:
+def sections(receipt: dict, samples: Sequence[dict] = (), settings: dict | None = None,
+             files: Sequence[tuple[str, int | None]] = ()) -> list[str]:
     """The kit's sections, top down: review line and banners, verdict, facts, settings and plan, checkpoint and its
     consistency, capacity with the reserve's calibration, the proposal, then the run phases, limitations, fact
     lines and the run itself."""
@@ -176,7 +177,8 @@ def run_line_lines(line: str) -> str:
         tokens = shlex.split(line)
     except ValueError:
         return line
-    out, current = [], []
+    out: list[str] = []
+    current: list[str] = []
     for token in tokens:
         if token.startswith("--") and current:
             out.append(" ".join(shlex.quote(t) for t in current))
@@ -256,7 +258,8 @@ def capacity(receipt: dict) -> str:
     rows = receipt.get("capacity")
     if not rows:
         return section("capacity", "Capacity", absent(receipt, "plan"))
-    accounting = receipt.get("capacity_accounting") if isinstance(receipt.get("capacity_accounting"), dict) else {}
+    stated = receipt.get("capacity_accounting")
+    accounting: dict = stated if isinstance(stated, dict) else {}
     body = ['<p class="og-note">Header bytes are not the loaded footprint: OK means no definite failure was found, '
             "never that the model fits. UNKNOWN is shown, never hidden."
             + (f" Offload and pinned host bytes: {e(accounting.get('accounting'))}." if accounting else "") + "</p>",
@@ -300,7 +303,7 @@ def fact_lines(receipt: dict) -> str:
     return section("lines", "Fact lines as printed in the terminal", "".join(blocks) or "<p>none recorded</p>")
 
 
-def run(receipt: dict, files: list[tuple[str, int | None]]) -> str:
+def run(receipt: dict, files: Sequence[tuple[str, int | None]]) -> str:
     """The kit version, command line, times and the run folder's files."""
     kit = receipt.get("kit") or {}
     body = kv([("kit", f"{text(kit.get('name'))} {text(kit.get('version'))} (commit {text(kit.get('git_commit'))})"),

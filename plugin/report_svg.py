@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from html import escape
+from typing import Sequence
 
 GIB = 2**30
 WIDTH, PANEL_H, LEFT, RIGHT, TOP, GAP, BOTTOM = 900, 170, 70, 20, 28, 52, 36
@@ -26,7 +27,7 @@ def _number(value) -> float | None:
     return float(value)
 
 
-def _clock(samples: list[dict]) -> list[float | None]:
+def _clock(samples: Sequence[dict]) -> list[float | None]:
     """Seconds since the first sample: wall time `t` when present (it survives a resumed run), else elapsed_s."""
     key = "t" if any(_number(s.get("t")) is not None for s in samples) else "elapsed_s"
     times = [_number(s.get(key)) for s in samples]
@@ -35,7 +36,7 @@ def _clock(samples: list[dict]) -> list[float | None]:
     return [None if t is None else t - start for t in times]
 
 
-def series(samples: list[dict], key: str) -> list[tuple[float, float]]:
+def series(samples: Sequence[dict], key: str) -> list[tuple[float, float]]:
     """(seconds, GiB) points of one sample field, in time order, thinned to at most MAX_POINTS."""
     points = sorted((t, v / GIB) for t, s in zip(_clock(samples), samples)
                     if t is not None and (v := _number(s.get(key))) is not None)
@@ -117,7 +118,7 @@ def _panel(top: int, title: str, lines: list[tuple[str, str, list]], t_max: floa
     return out
 
 
-def memory_plot(samples: list[dict]) -> str | None:
+def memory_plot(samples: Sequence[dict]) -> str | None:
     """The SVG element (a string), or None when no sample holds a GPU or host memory reading."""
     gpu = [(label, colour, series(samples, key)) for key, label, colour in GPU_SERIES]
     host = [(label, colour, series(samples, key)) for key, label, colour in HOST_SERIES]

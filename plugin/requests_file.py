@@ -10,6 +10,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from . import strict_json
 from .shown import as_json as _show
@@ -26,6 +27,8 @@ LINE_FIELDS = ("custom_id", "method", "url", "body")
 
 _WS = re.compile(r"[ \t\n\r]*")  # JSON's own whitespace set (RFC 8259)
 _PLAIN = json.JSONDecoder()  # only ever run on text the strict parser already accepted
+# json's own string scanner: in the module, not in its type stubs.
+_scanstring: Callable[[str, int], tuple[str, int]] = getattr(json.decoder, "scanstring")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -86,20 +89,27 @@ def value_spans(text: str) -> dict[str, tuple[int, int]]:
     whose returned end position marks where each value stops. The text must already be valid JSON.
     """
     spans: dict[str, tuple[int, int]] = {}
-    i = _WS.match(text, 0).end() + 1  # past "{"
-    i = _WS.match(text, i).end()
+    i = _past_ws(text, 0) + 1  # past "{"
+    i = _past_ws(text, i)
     if text[i] == "}":
         return spans
     while True:
-        key, i = json.decoder.scanstring(text, i + 1)  # i + 1: past the key's opening quote
-        i = _WS.match(text, i).end() + 1  # past ":"
-        i = _WS.match(text, i).end()
+        key, i = _scanstring(text, i + 1)  # i + 1: past the key's opening quote
+        i = _past_ws(text, i) + 1  # past ":"
+        i = _past_ws(text, i)
         _, end = _PLAIN.raw_decode(text, i)
         spans[key] = (i, end)
-        i = _WS.match(text, end).end()
+        i = _past_ws(text, end)
         if text[i] == "}":
             return spans
-        i = _WS.match(text, i + 1).end()  # past ","
+        i = _past_ws(text, i + 1)  # past ","
+
+
+def _past_ws(text: str, i: int) -> int:
+    """Where the JSON whitespace starting at i ends."""
+    match = _WS.match(text, i)
+    assert match is not None  # the pattern matches the empty string too
+    return match.end()
 
 
 def body_bytes(raw: bytes, text: str) -> bytes:
@@ -247,7 +257,7 @@ def parse_request_bytes(data: bytes, *, path: str, model_id: str, context_tokens
     if out.total:
         raise RequestFileError(path, out.kept, out.total)
     return RequestFile(path=path, sha256=hashlib.sha256(data).hexdigest(), size_bytes=len(data),
-                       requests=tuple(requests))
+                       requests=tuple(r for r in requests if r is not None))  # all of them: no line failed
 
 
 def load_request_file(path: Path, *, model_id: str, context_tokens: int, max_requests: int) -> RequestFile:

@@ -25,7 +25,7 @@ _Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
 _Entry = msgspec.defstruct("Entry", [("dtype", Literal[tuple(DTYPE_BITS)]), ("shape", list[_Count]),
                                      ("data_offsets", tuple[_Count, _Count])],
                            forbid_unknown_fields=True, gc=False)
-_DECODER = msgspec.json.Decoder(dict[str, _Entry])
+_DECODER = msgspec.json.Decoder(dict[str, _Entry])  # type: ignore[valid-type]  # a struct made at run time
 _METADATA_FIRST = b'{"%s":' % METADATA_KEY.encode()
 # A metadata object as safetensors writes it: compact, strings only (the text has no backslash).
 _METADATA_VALUE = re.compile(rb'null|\{(?:"[^"]*":"[^"]*"(?:,"[^"]*":"[^"]*")*)?\}')

@@ -49,8 +49,8 @@ class ShardHeader:
     @classmethod
     def of_rows(cls, rows: list[tuple[str, str, list[int], int, int]], metadata: dict[str, str], header_bytes: int,
                 file_bytes: int) -> "ShardHeader":
-        columns = map(list, zip(*rows)) if rows else ([], [], [], [], [])
-        return cls(*columns, metadata, header_bytes, file_bytes)
+        names, dtypes, shapes, starts, ends = map(list, zip(*rows)) if rows else ([], [], [], [], [])
+        return cls(names, dtypes, shapes, starts, ends, metadata, header_bytes, file_bytes)
 
     @property
     def tensors(self) -> list[tuple[str, str, list[int], int, int]]:
@@ -100,8 +100,8 @@ def parse_header(raw: bytes, file_bytes: int, shard: str) -> ShardHeader:
     """Check the header bytes of a `file_bytes`-long shard against every rule; raises HeaderError."""
     checked = check_bulk(raw, file_bytes)
     if checked is not None:
-        columns, metadata = checked
-        return ShardHeader(*columns, metadata, len(raw), file_bytes)
+        (names, dtypes, shapes, starts, ends), metadata = checked
+        return ShardHeader(names, dtypes, shapes, starts, ends, metadata, len(raw), file_bytes)
     # Something is off (or merely unusual): the entry-by-entry reading finds it and names the rule.
     return parse_header_by_entry(raw, file_bytes, shard)
 

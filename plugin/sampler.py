@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from .container_cgroup import find_container_cgroup, memory_bytes
+from .container_cgroup import CgroupDir, find_container_cgroup, memory_bytes
 from .rundir import append_line, open_private_append
 
 INTERVAL_S = 2.0
@@ -26,7 +26,7 @@ def read_gpu_raw(nvml, uuid: str) -> dict:
     """NVML's answers for one GPU as plain values (the raw half, as in plugin.nvml_facts)."""
     handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
     mem = nvml.nvmlDeviceGetMemoryInfo(handle)
-    raw = {"uuid": uuid, "memory": {"total": int(mem.total), "free": int(mem.free), "used": int(mem.used)},
+    raw: dict = {"uuid": uuid, "memory": {"total": int(mem.total), "free": int(mem.free), "used": int(mem.used)},
            "utilization": None, "power_mw": None}
     try:
         util = nvml.nvmlDeviceGetUtilizationRates(handle)
@@ -76,7 +76,7 @@ class Sampler:
         self.path, self.gpu_uuid, self.container, self.interval_s = path, gpu_uuid, container, interval_s
         self._nvml = nvml  # the pynvml module; None: imported on start
         self._nvml_ready = False
-        self._cgroup = None
+        self._cgroup: CgroupDir | bool | None = None  # None: not looked for yet; False: not found
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.samples: list[dict] = []
@@ -159,10 +159,11 @@ class Sampler:
             self.container.reload()
             pid = (self.container.attrs.get("State") or {}).get("Pid")
             self._cgroup = find_container_cgroup(self.container.id, pid) or False
-        if self._cgroup:
-            value = memory_bytes(self._cgroup)
+        cgroup = self._cgroup
+        if isinstance(cgroup, CgroupDir):
+            value = memory_bytes(cgroup)
             if value is not None:
-                return value, f"cgroup v{self._cgroup.version}"
+                return value, f"cgroup v{cgroup.version}"
         stats = self.container.stats(stream=False, one_shot=True)
         usage = (stats.get("memory_stats") or {}).get("usage")
         return (int(usage) if usage is not None else None), "docker stats"

@@ -227,6 +227,7 @@ def hold_open(window: ServeWindow) -> list[str]:
     gone = window.engine_state()
     if gone is not None:
         reason = window.gone_reason(gone)
+        assert window.engine_end is not None  # gone_reason explained the end
         raise Blocked(window.engine_end["code"], f"the engine ended the serve window: {reason}", {
             "ready_s": closed.ready_s, "calls": t["calls"]})
     return lines

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from .interruption import Cut
 from .receipt import PHASES, Receipt
 
 
@@ -30,7 +31,7 @@ class KitSession:
     synthetic_checkpoint: bool = False
     selected: dict[str, str] = field(default_factory=dict)  # nodeid -> phase of every kit test that will run
     running: str | None = None  # the kit test in progress (still set when an interrupt cut it)
-    cut: object | None = None  # interruption.Cut once the timeout backstop cut a test
+    cut: Cut | None = None  # once the timeout backstop cut a test
 
     def show(self, phase: str, line: str) -> None:
         """A fact line for the terminal and the receipt (one per fact, in the order established)."""

@@ -101,7 +101,7 @@ OWN_FIELDS: dict[str, tuple] = {
     "free_floor_gib": ("number", 0, 4096), "max_requests": ("int", 1, 10_000_000),
     "offload_pinning": ("pinning",),
 }
-_OWN_REQUIRED = ("model_id", "model_revision", "model_path", "image", "gpu", "context_tokens",
+_OWN_REQUIRED: tuple[str, ...] = ("model_id", "model_revision", "model_path", "image", "gpu", "context_tokens",
                  "prefill_chunk_tokens", "cpu_offload_gib", "container_ram_gib", "host_headroom_gib", "deadline_s")
 
 # The earlier kit's names -> ours (KIT.md section 10); all of its fields are required.

@@ -23,7 +23,7 @@ def proposal_lines(receipt: dict) -> list[str]:
     alts = [as_dict(a) for a in p.get("alternatives") or [] if isinstance(a, dict)] \
         if isinstance(p.get("alternatives"), list) else []
     source = {"assumed": "ASSUMED", "request": "from the request",
-              "calibrated": f"CALIBRATED FROM {shaped('run_id', res.get('calibrated_from'))}"}.get(res.get("source"),
+              "calibrated": f"CALIBRATED FROM {shaped('run_id', res.get('calibrated_from'))}"}.get(res.get("source") or "",
                                                                                                 WITHHELD)
     if p.get("proposed") is True:
         line = (f"- proposed budgets (a proposal: nothing ran from it): CPU offload "
@@ -32,7 +32,7 @@ def proposal_lines(receipt: dict) -> list[str]:
                 f"{number(s.get('host_headroom_gib'), ' GiB')}, context {number(s.get('context_tokens'))} tokens")
         for alt in alts:
             name = {"exact pinning": "exact pinning", "selective expert offload": "selective expert offload"}.get(
-                alt.get("name"), WITHHELD)  # only the kit's own names go into the public summary
+                alt.get("name") or "", WITHHELD)  # only the kit's own names go into the public summary
             line += (f"; alternative to measure ({name}): container RAM cap "
                      f"{number(alt.get('container_ram_gib'), ' GiB')} ({gib(alt.get('pinned_bytes'))} pinned over "
                      f"{number(alt.get('parameters'))} offloaded parameters)")

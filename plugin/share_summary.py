@@ -49,13 +49,13 @@ def meaning(code: str, quoted: set[str]) -> str:
 def verdict_lines(receipt: dict) -> list[str]:
     """The run's verdict rebuilt from phase codes (the receipt's verdict line holds free text)."""
     phases = _dict(receipt.get("phases"))
-    rows = []
+    rows: list[tuple[str, str, str]] = []
     codes: list[str] = []
     done: dict[str, str] = {}
     for phase in PHASES:
         p = _dict(phases.get(phase))
-        verdict = p.get("verdict") if p.get("verdict") in SHARED_VERDICTS else "NOT RUN"
-        rows.append((phase, verdict, p.get("code") if p.get("code") in CODES else ""))
+        verdict = str(p.get("verdict")) if p.get("verdict") in SHARED_VERDICTS else "NOT RUN"
+        rows.append((phase, verdict, str(p.get("code")) if p.get("code") in CODES else ""))
         codes += [c for c in p.get("codes") or [] if c in CODES and c not in codes]
         if verdict == "INTERRUPTED":
             done[phase] = _progress(p.get("progress"))

@@ -7,7 +7,9 @@ from .verdicts import phase_verdicts, run_verdict
 
 
 def summary_lines(kit: KitSession) -> list[str]:
-    data = kit.receipt.data
+    receipt, run_folder = kit.receipt, kit.run_folder
+    assert receipt is not None and run_folder is not None, "a session's summary comes after its run folder opened"
+    data = receipt.data
     lines: list[str] = []
     for banner in data.get("banners", []):
         lines.append(f"*** {banner} ***")
@@ -31,7 +33,7 @@ def summary_lines(kit: KitSession) -> list[str]:
         lines += [f"  {row}" for row in block]
     for warning in data.get("warnings", []):
         lines.append(f"WARNING: {warning}")
-    share = kit.run_folder / "summary-share.md"
+    share = run_folder / "summary-share.md"
     if share.exists():
         lines.append(f"public summary: {share} (the one to post; review report.html before sharing it)")
     phases = data.get("phases") or phase_verdicts(data["tests"])
@@ -42,8 +44,8 @@ def summary_lines(kit: KitSession) -> list[str]:
         detail = f" {p['code']}: {p['message']}" if p.get("code") else (f": {p['message']}" if p.get("message") else "")
         lines.append(f"  {phase:<8} {p['verdict']}{detail}")
     lines.append(f"  run      {data.get('verdict') or run_verdict(phases, data.get('capacity'))}")
-    lines.append(f"run folder: {kit.run_folder}")
-    lines.append(f"report:     {kit.run_folder / 'report.html'}")
+    lines.append(f"run folder: {run_folder}")
+    lines.append(f"report:     {run_folder / 'report.html'}")
     return lines
 
 

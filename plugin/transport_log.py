@@ -255,7 +255,7 @@ class TransportLog:
 
 def read_entries(path: Path) -> list[dict]:
     """The lines of a transport log (a torn last line from a hard kill is skipped)."""
-    entries = []
+    entries: list[dict] = []
     if not path.exists():
         return entries
     for line in path.read_text(encoding="utf-8").splitlines():

@@ -22,7 +22,7 @@ def phase_verdicts(tests: dict[str, dict], progress: dict[str, dict] | None = No
     """{phase: {verdict, code, message, counts}} for every phase, 'NOT RUN' where no test ran; an INTERRUPTED
     phase also carries `progress` ({done, of, unit}) where its requests were counted."""
     progress = progress or {}
-    out = {}
+    out: dict[str, dict] = {}
     for phase in PHASES:
         entries = [t for t in tests.values() if t.get("phase") == phase]
         counts: dict[str, int] = {}
@@ -30,7 +30,7 @@ def phase_verdicts(tests: dict[str, dict], progress: dict[str, dict] | None = No
             counts[t["outcome"]] = counts.get(t["outcome"], 0) + 1
         ran = [t for t in entries if t["outcome"] != "deselected"]
         waiting = [t for t in ran if t["outcome"] == "blocked"
-                   and PHASES.index(HOME_PHASE.get(t.get("code"), phase)) > PHASES.index(phase)]
+                   and PHASES.index(HOME_PHASE.get(t.get("code") or "", phase)) > PHASES.index(phase)]
         ran = [t for t in ran if t not in waiting]
         wait_note = (f"{len(waiting)} test(s) not run here: they wait on phase {HOME_PHASE[waiting[0]['code']]} "
                      f"({waiting[0]['code']})") if waiting else None

@@ -187,7 +187,7 @@ def _huge_index(folder: Path) -> Path:
     return root
 
 
-C, I, M = "CHECKPOINT_CORRUPT", "CHECKPOINT_INCOMPLETE", "CHECKPOINT_MISSING"
+C, INC, M = "CHECKPOINT_CORRUPT", "CHECKPOINT_INCOMPLETE", "CHECKPOINT_MISSING"
 F32_A = {"a": _entry()}
 CASES: list[CorruptCase] = [
     # shard headers
@@ -231,18 +231,18 @@ CASES: list[CorruptCase] = [
     CorruptCase("metadata_not_strings", C, (SHARD1, "__metadata__['step'] must be a string"),
                 _header({"__metadata__": {"step": 1}, **F32_A}, 8)),
     # index
-    CorruptCase("index_names_missing_shard", I, (SHARD2, "missing"), _remove(SHARD2)),
+    CorruptCase("index_names_missing_shard", INC, (SHARD2, "missing"), _remove(SHARD2)),
     CorruptCase("index_parent_path", C, ("../x.safetensors", "'..'"), _remap_shard("../x.safetensors")),
     CorruptCase("index_absolute_path", C, ("/etc/passwd", "absolute"), _remap_shard("/etc/passwd")),
     CorruptCase("index_shard_not_a_string", C, (INDEX_NAME, "must be a shard file name"), _remap_shard(7)),
     CorruptCase("symlink_escapes_root", C, (SHARD2, "outside the checkpoint root"), _escaping_link),
     CorruptCase("link_into_other_cache_repo", C, (SHARD2, "outside"), _other_repo_blob),
-    CorruptCase("dangling_shard_link", I, (SHARD2, "a link to a missing file"), _dangling_link),
+    CorruptCase("dangling_shard_link", INC, (SHARD2, "a link to a missing file"), _dangling_link),
     CorruptCase("tensor_in_header_not_in_index", C, ("model.layers.0.extra.weight", SHARD2, "the index says nothing"),
                 _stray_tensor),
     CorruptCase("shard_the_index_does_not_list", C, ("model-00001-of-00003.safetensors", "does not list it"),
                 _leftover_shard),
-    CorruptCase("tensor_in_index_not_in_header", I, (SHARD2, "in no shard header"), _missing_tensor),
+    CorruptCase("tensor_in_index_not_in_header", INC, (SHARD2, "in no shard header"), _missing_tensor),
     CorruptCase("total_size_mismatch", C, (INDEX_NAME, "total_size is 12 bytes"),
                 _edit_index(lambda ix: ix["metadata"].update(total_size=12))),
     CorruptCase("total_size_not_integer", C, (INDEX_NAME, "total_size must be a non-negative integer"),
@@ -259,7 +259,7 @@ CASES: list[CorruptCase] = [
     CorruptCase("config_not_json", C, ("config.json", "not strict JSON"), _write("config.json", "{'a': 1}")),
     CorruptCase("config_nan", C, ("config.json", "NaN"), _write("config.json", '{"rope_theta": NaN}')),
     CorruptCase("config_a_list", C, ("config.json", "JSON object"), _write("config.json", "[]")),
-    CorruptCase("no_tokenizer", I, ("tokenizer", "no tokenizer file"), _no_tokenizer),
+    CorruptCase("no_tokenizer", INC, ("tokenizer", "no tokenizer file"), _no_tokenizer),
     CorruptCase("no_config", M, ("config.json", "missing"), _remove("config.json")),
     CorruptCase("no_index_no_single_shard", M, (INDEX_NAME, "model.safetensors"), _no_weights),
     CorruptCase("no_folder", M, ("does not exist",), lambda folder: folder / "absent"),

@@ -28,5 +28,5 @@ for name in sys.argv[1:]:
                                       if exit_code != "null" else None})
     oom_control = SOURCE / f"{name}.oom_control"
     if oom_control.exists():
-        sidecar["oom_kill_last_sample"] = int(dict(l.split() for l in oom_control.read_text().splitlines())["oom_kill"])
+        sidecar["oom_kill_last_sample"] = int(dict(line.split() for line in oom_control.read_text().splitlines())["oom_kill"])
     (HERE / f"{name}.docker.json").write_text(json.dumps(sidecar, indent=1) + "\n")
