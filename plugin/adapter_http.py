@@ -11,6 +11,8 @@ import json
 from http import HTTPStatus
 from dataclasses import dataclass
 
+from .units import MIB
+
 # The four engine endpoints a native harness may reach; everything else needs an adapter of its own.
 FORWARDED: frozenset[tuple[bytes, bytes]] = frozenset({
     (b"GET", b"/health"),
@@ -18,7 +20,7 @@ FORWARDED: frozenset[tuple[bytes, bytes]] = frozenset({
     (b"POST", b"/v1/chat/completions"),
     (b"POST", b"/v1/completions"),
 })
-MAX_BODY_BYTES = 16 * 2**20  # request bodies above 16 MiB get 413
+MAX_BODY_BYTES = 16 * MIB  # request bodies above 16 MiB get 413
 MAX_OUTSTANDING = 4  # proxied calls at once; the next one gets 429
 
 # RFC 9110 7.6.1 connection-specific fields (plus the old proxy ones): they describe one hop, never both.
@@ -97,7 +99,7 @@ def check_declared_length(headers: Headers, max_body_bytes: int = MAX_BODY_BYTES
 
 
 def too_large(max_body_bytes: int = MAX_BODY_BYTES) -> Reject:
-    return Reject(413, "body_too_large", f"request body over {max_body_bytes} bytes ({max_body_bytes / 2**20:g} "
+    return Reject(413, "body_too_large", f"request body over {max_body_bytes} bytes ({max_body_bytes / MIB:g} "
                                          "MiB) is refused")
 
 

@@ -15,9 +15,8 @@ import datetime as _dt
 import math
 from dataclasses import asdict, dataclass, field
 
-from .outcomes import gib
+from .units import GIB, MIB, gib
 
-GIB, MIB = 2**30, 2**20
 RECEIPT_SCHEMA = "onegpu/receipt@1"
 DEFAULT_UTILIZATION = 0.85  # the kit's fixed --gpu-memory-utilization, used when the run's argv does not say
 SHOWN = 5

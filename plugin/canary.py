@@ -12,13 +12,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .requests_file import CHAT_URL
+from .units import MIB
 
 TEMPLATE_PATH = Path(__file__).with_name("data") / "default-canary.template.jsonl"
 MODEL_PLACEHOLDER = b'"@@SERVED_MODEL_ID@@"'
 LABEL = "LOAD SMOKE CHECK, not a benchmark: UNSCORED"
 
 NEEDLE_MIN_CHARS = 300
-NEEDLE_MAX_CHARS = 8 * 2**20  # far below the 16 MiB line limit, JSON escapes included
+NEEDLE_MAX_CHARS = 8 * MIB  # far below the 16 MiB line limit, JSON escapes included
 NEEDLE_MAX_TOKENS = 64
 CHARS_PER_TOKEN = 4  # a rough English average, used only to say "about N tokens"
 QUESTION = ("\n\nQuestion: what is the secret code word stated in the text above? Reply with the code word "

@@ -15,14 +15,15 @@ from .hardware_model import GpuDevice, HostFacts
 from .kvcache import KvEstimate
 from .offload import OffloadPlan, expert_method, offload_plan, where_lines
 from .offload_rules import ACCOUNTING, RULES
-from .outcomes import Blocked, gib
+from .outcomes import Blocked
+from .units import GIB, gib
 from .towers import has_towers  # the tower sections of config.json, as the launch reads them
 
 GPU_UTILIZATION = 0.85  # the kit's fixed allocation target (--gpu-memory-utilization)
 # Named assumption: what the engine container needs for itself besides the offloaded weights (engine process,
 # tokenizer, CUDA host context, Python heap). Shown as ASSUMED wherever it is used.
-CONTAINER_OWN_NEEDS_BYTES = 8 * 2**30
-RUN_FOLDER_DISK_NEED_BYTES = 1 * 2**30  # engine log, responses, samples, receipt and report of one run
+CONTAINER_OWN_NEEDS_BYTES = 8 * GIB
+RUN_FOLDER_DISK_NEED_BYTES = 1 * GIB  # engine log, responses, samples, receipt and report of one run
 
 TABLE_TITLE = (f"onegpu capacity, {ACCOUNTING} (header bytes are not the loaded footprint; a pass means no definite "
                "failure found, never 'fits')")
@@ -73,7 +74,7 @@ def _unknown(check, message, **numbers) -> Verdict:
 
 
 def _gib_bytes(value_gib: float) -> int:
-    return int(round(value_gib * 2**30))
+    return int(round(value_gib * GIB))
 
 
 def pinning_of(settings) -> str:
@@ -225,7 +226,7 @@ def _offload_plan(ckpt: CheckpointFacts, plan: OffloadPlan) -> Verdict:
         parts.append(f"{len(plan.offloaded)} engine parameters moved whole, in the engine's order, until the budget "
                      f"{gib(plan.budget_bytes)} is crossed ({RULES['budget'].short()}, utils.py:make_layers) = "
                      f"{gib(plan.offloaded_bytes)} logical, which the engine logs as 'Total CPU offloaded "
-                     f"parameters: {round(plan.offloaded_bytes / 2**30, 2)}'; {_pinning_text(plan)}")
+                     f"parameters: {round(plan.offloaded_bytes / GIB, 2)}'; {_pinning_text(plan)}")
     parts.append(f"{gib(plan.gpu_resident_bytes)} of weights stay on the GPU, {gib(plan.stays_bytes)} of them "
                  "embeddings/head and final norm, which the offloader is never offered")
     gone = []

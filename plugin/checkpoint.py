@@ -20,7 +20,8 @@ from pathlib import Path
 from .checkpoint_files import cache_layout, list_files, normal_name, shard_name_problem
 from .checkpoint_model import ROLES, SYNTHETIC_METADATA_KEY, CheckpointFacts, ShardFacts, TensorTable
 from .index_bulk import decode_index
-from .outcomes import Blocked, gib
+from .outcomes import Blocked
+from .units import gib
 from .quant_config import quant_facts
 from .safetensors_header import HeaderError, ShardHeader, brief, decode_json, read_header
 from .shown import cut

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from .outcomes import gib
+from .units import gib
 from .receipt import PHASES
 from .verdicts import progress_words
 

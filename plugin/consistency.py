@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
+from .kv_dtypes import KV_DTYPES
 from .tensor_roles import collapse_experts
 
 MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers", "mtp_num_layers")
@@ -31,22 +32,8 @@ _FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_pro
           "w13": ("w1", "w3")}
 SHOWN = 5
 
-# The first vLLM version known to accept each --kv-cache-dtype value, and the first known to refuse none of
-# them below. Versions in between are "unknown", never guessed. Sources:
-# * fp8 (then E5M2): vllm-project/vllm#2279 "Support FP8-E5M2 KV Cache" (merged January 2024); fp8_e4m3 is
-#   documented for v0.4.2 (docs.vllm.ai/en/v0.4.2/quantization/fp8_e4m3_kvcache.html).
-# * bfloat16: handled as a --kv-cache-dtype value for DeepSeek V3.2 in vllm-project/vllm#25988 (2025-09-30),
-#   first released in v0.11.0; earlier releases are not known to accept it.
-# * float16: added to CacheDType by vllm-project/vllm#37199 (merged 2026-03-16); vLLM 0.17.0 refuses it
-#   ("Invalid kv_cache_dtype: float16. Valid values are: ('auto', 'bfloat16', 'fp8', ...)",
-#   vllm-project/vllm-ascend#7685); v0.18.0 was published four days after the merge, so only v0.19.0 on is
-#   known to accept it.
-KV_DTYPE_VERSIONS: dict[str, tuple[str | None, str | None]] = {  # dtype -> (refused below, accepted from)
-    "auto": (None, "0"),
-    "fp8": (None, "0.4.2"), "fp8_e4m3": (None, "0.4.2"), "fp8_e5m2": (None, "0.4.2"),
-    "bfloat16": (None, "0.11.0"),
-    "float16": ("0.18.0", "0.19.0"),
-}
+# dtype -> (refused below, accepted from): kv_dtypes.py holds the versions and their sources.
+KV_DTYPE_VERSIONS = {name: (row.refused_below, row.accepted_from) for name, row in KV_DTYPES.items()}
 # A 16-bit KV dtype other than the model's makes the cache hold the model dtype's bits read back as the other
 # dtype: fluent nonsense with no error (vllm-project/vllm#54338, open when this was written).
 _MODEL_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "half": "float16"}

@@ -11,7 +11,8 @@ from .hf_cache_auth import Layout, PublisherHashes, authenticate, detect_layout,
 from .manifest import (PAGE_CACHE_RULE, Digest, Report, build_manifest, buffer_bytes_for, git_sha1_wanted,
                        hash_files, manifest_entries, plan_page_cache, stat_differences, walk_checkpoint,
                        write_manifest)
-from .outcomes import Blocked, gib
+from .outcomes import Blocked
+from .units import gib
 
 REUSE_STATEMENT = "STAT-MATCHED, NOT RE-HASHED"
 

@@ -22,7 +22,8 @@ from .bootlog import BootFacts, Failure, death_in_log, explain_failure, parse_bo
 from .engine_watch import LogPump, OomWatch, last_line
 from .interrupts import GUARD
 from .launch import LABEL_OWNER_PID, LABEL_RUN_ID, LaunchSpec
-from .outcomes import Blocked, gib
+from .outcomes import Blocked
+from .units import gib
 from .probe import gpu_handoff_refused
 from .reaper import Reaper
 from .receipt import now_iso

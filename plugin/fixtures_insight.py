@@ -31,8 +31,8 @@ from .outcomes import Blocked
 from .receipt import apply_journal, now_iso
 from .rundir import write_json
 from .settings import SettingsError, load_settings
+from .units import GIB
 
-GIB = 2**30
 PROPOSAL_FILE = "settings-proposed.json"
 PROPOSAL_TITLE = "onegpu proposed settings (a proposal: nothing runs from it; copy the values into your settings)"
 

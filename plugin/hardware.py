@@ -9,6 +9,7 @@ from .docker_facts import read_docker_facts
 from .hardware_model import SCHEMA, HardwareFacts, load_profile
 from .host_facts import read_host_facts
 from .nvml_facts import read_gpu_facts
+from .units import GIB
 
 
 def read_live(disks: list[tuple[str, Path]]) -> HardwareFacts:
@@ -26,7 +27,7 @@ def replay(path: Path, stated_ram_gib: float | None) -> HardwareFacts:
     facts = dataclasses.replace(facts, source="replayed")
     host = facts.host
     if stated_ram_gib is not None and host.ram_total_bytes is None:
-        stated = int(stated_ram_gib * 2**30)
+        stated = int(stated_ram_gib * GIB)
         host = dataclasses.replace(host, ram_total_bytes=stated, ram_available_bytes=stated,
                                    ram_stated_by_operator=True)
         facts = dataclasses.replace(facts, host=host)

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .kv_dtypes import KV_DTYPES
 from .kv_pool import ACCOUNTING, KvPool, LayerSpec, kv_pool
+from .units import GIB
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's default KV block on CUDA (tokens); the launch passes no --block-size
 
-# --kv-cache-dtype values vLLM accepts (vllm/config/cache.py CacheDType) -> bytes per element.
-KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "bfloat16": 2, "float16": 2}
-# K and V head sizes that differ (MiMo-V2) run on the DiffKV attention backends, which accept only these
-# (vllm/v1/attention/backends/triton_attn_diffkv.py supported_kv_cache_dtypes; flash_attn_diffkv.py likewise).
-DIFF_KV_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3")
+# --kv-cache-dtype values -> bytes per element, and those the DiffKV backends accept (kv_dtypes.py: one row each).
+KV_DTYPE_BYTES = {name: row.element_bytes for name, row in KV_DTYPES.items() if row.element_bytes is not None}
+DIFF_KV_DTYPES = tuple(name for name, row in KV_DTYPES.items() if row.diff_kv)
 # config.json torch_dtype values -> bytes per element.
 MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 
@@ -342,7 +342,7 @@ def describe_kv(kv: KvEstimate) -> list[str]:
     if kv.bytes is None:
         return [f"KV cache for {kv.context_tokens:,} tokens: UNKNOWN ({kv.unknown_reason})"]
     lines = [f"KV cache for {kv.context_tokens:,} tokens, one sequence, {kv.kv_dtype}: {kv.bytes:,} bytes "
-             f"({kv.bytes / 2**30:,.2f} GiB), {kv.accounting}"]
+             f"({kv.bytes / GIB:,.2f} GiB), {kv.accounting}"]
     for r in kv.layers:
         if r.state_bytes:
             lines.append(f"  {r.layers} {r.kind} layers: {r.formula}; {r.bytes:,} B")

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .outcomes import gib
+from .units import GIB, gib
 
-GIB = 2**30
 
 
 @dataclass(frozen=True)

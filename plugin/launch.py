@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
 
 from .capacity import GPU_UTILIZATION  # one number: what the verdicts assume is what the engine gets
-from .outcomes import gib
+from .units import GIB, gib
 
 MODEL_MOUNT = "/model"  # a plain checkpoint folder, read-only
 MODEL_REPO_MOUNT = "/model-repo"  # a Hugging Face cache repo folder (models--ORG--NAME), read-only
@@ -327,7 +327,7 @@ def build_launch_spec(settings, gpu_uuid: str | None, image_id: str, run_id: str
         notes.append("no --kv-cache-dtype: the engine uses the model's own dtype, as the KV estimate assumed")
     if settings.trust_remote_code:
         command.append("--trust-remote-code")
-    ram_cap = int(settings.container_ram_gib * 2**30)
+    ram_cap = int(settings.container_ram_gib * GIB)
     return LaunchSpec(
         image_id=image_id,
         name=container_name(run_id, owner.pid),
@@ -342,7 +342,7 @@ def build_launch_spec(settings, gpu_uuid: str | None, image_id: str, run_id: str
         mem_limit_bytes=ram_cap,
         memswap_limit_bytes=ram_cap,
         pids_limit=settings.pids_limit,
-        shm_size_bytes=int(settings.shm_gib * 2**30),
+        shm_size_bytes=int(settings.shm_gib * GIB),
         nano_cpus=int(round(settings.container_cpus * 1e9)) if settings.container_cpus else None,
         user=f"{owner.uid}:{owner.gid}",
         tmpfs=dict(TMPFS),

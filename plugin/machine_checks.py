@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from .hardware_model import DockerFacts, GpuDevice, GpuFacts, HostFacts
-from .outcomes import Blocked, gib
+from .outcomes import Blocked
+from .units import GIB, MIB, gib
 
 
 def require_driver(gpu: GpuFacts) -> str:
@@ -82,7 +83,7 @@ def describe_cgroup(host: HostFacts) -> str:
 
 def describe_limits(host: HostFacts) -> str:
     memlock = ("unlimited" if host.memlock_limit_bytes is None
-               else f"{host.memlock_limit_bytes / 2**20:,.0f} MiB" if host.memlock_limit_bytes < 2**30
+               else f"{host.memlock_limit_bytes / MIB:,.0f} MiB" if host.memlock_limit_bytes < GIB
                else gib(host.memlock_limit_bytes))
     return (f"locked-memory limit {memlock} (pinned host buffers count against it); transparent hugepages "
             f"{host.transparent_hugepages or 'unknown'}")
@@ -96,7 +97,7 @@ def describe_cpus(host: HostFacts) -> str:
             + ("; WSL2: host RAM and GPU memory are shared with Windows" if host.wsl2 else ""))
 
 
-def require_disk(host: HostFacts, label: str, need_bytes: int = 1 * 2**30) -> str:
+def require_disk(host: HostFacts, label: str, need_bytes: int = 1 * GIB) -> str:
     for disk in host.disks:
         if disk.label == label:
             if disk.free_bytes < need_bytes:

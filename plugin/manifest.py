@@ -35,12 +35,12 @@ from typing import Callable
 from . import strict_json
 from .checkpoint_files import cache_layout, list_files
 from .hf_cache_auth import Layout, content_address, git_blob_header
-from .outcomes import Blocked, gib
+from .outcomes import Blocked
+from .units import GIB, MIB, gib
 from .receipt import now_iso
 from .rundir import write_json
 
 MANIFEST_SCHEMA = "onegpu/manifest@1"
-MIB = 2**20
 # One read buffer per worker. 256 KiB (hashlib.file_digest's own size) stays in the core's L2 cache between the
 # copy out of the page cache and the hash; with two threads, 4 MiB buffers measured 1.2-1.4 GB/s against
 # 1.6-1.7 GB/s for 256 KiB on page-cached files (benchmarks/RESULTS.md, chunk size). Still far above the 2048 bytes from
@@ -49,7 +49,7 @@ BUFFER_BYTES = 256 * 1024
 DROP_STEP_BYTES = 64 * MIB  # how much is read between two POSIX_FADV_DONTNEED calls
 RESIDENT_SHARE = 0.9  # a file with at least this share of its pages in the page cache counts as cached
 CACHE_ROOM_SHARE = 0.5  # the share of MemAvailable a cold checkpoint may fill before it is dropped behind
-MINCORE_WINDOW_BYTES = 1 << 30  # residency is read through mappings of at most this size (bounded vector)
+MINCORE_WINDOW_BYTES = GIB  # residency is read through mappings of at most this size (bounded vector)
 PAGE_CACHE_RULE = ("files already in the page cache are left there; cold files are dropped behind the reader "
                    "(POSIX_FADV_DONTNEED) only when the checkpoint's cold bytes exceed half of MemAvailable, "
                    "else kept")

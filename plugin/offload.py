@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from .checkpoint_model import CheckpointFacts, TensorInfo
 from .consistency import _AUDIO_PARTS, _DRAFT_MODULES, _VISION_PARTS
-from .outcomes import gib
+from .units import gib
 
 PINNINGS = ("rounded", "exact")
 

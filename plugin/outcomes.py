@@ -106,10 +106,3 @@ def parse_reason(text: str) -> tuple[str, str] | None:
         return None
     code, _, message = text[len("BLOCKED "):].partition(": ")
     return (code, message) if code in CODES else None
-
-
-def gib(n_bytes: float | int | None) -> str:
-    """Bytes shown as GiB with two decimals, the unit every message uses."""
-    if n_bytes is None:
-        return "unknown"
-    return f"{n_bytes / 2**30:,.2f} GiB"

@@ -19,12 +19,12 @@ from .shown import as_json
 from .capacity import CONTAINER_OWN_NEEDS_BYTES, GPU_UTILIZATION, UNCONFIRMED, capacity_verdicts, kit_plan
 from .offload import engine_layout, where_lines
 from .offload_rules import ACCOUNTING, RULES
-from .outcomes import Blocked, gib
+from .outcomes import Blocked
+from .units import GIB, gib
 from .settings import ASSUMED_DEFAULTS, OWN_FIELDS, SettingsError, check_field
 
 REQUEST_SCHEMA = "onegpu/proposal-request@1"
 PROPOSAL_SCHEMA = "onegpu/settings-proposal@1"
-GIB = 2**30
 NOT_SETTINGS = ("A PROPOSAL, NOT SETTINGS: nothing runs from this file. Copy the values under 'settings' into your "
                 "settings file (onegpu/settings@1), choose its deadlines, and approve that file")
 # Named assumption for the host's own share: the OS, the page cache that feeds the load, the kit itself.

@@ -26,6 +26,7 @@ from .rundir import write_private
 from .session import kit_of
 from .settings import SettingsError, load_settings
 from .share_summary import share_text
+from .units import GIB
 
 REPORT_PLUGIN_NAME = "onegpu-html-report"
 SECTIONS_PLUGIN_NAME = "onegpu-report-sections"
@@ -126,14 +127,14 @@ def environment_rows(receipt: dict) -> dict[str, str]:
     gpu = hw.get("gpu") or {}
     if gpu.get("nvml_loaded"):
         for d in gpu.get("devices", []):
-            rows[f"GPU {d['index']}"] = f"{d['name']} {d['total_bytes'] / 2**30:.1f} GiB"
+            rows[f"GPU {d['index']}"] = f"{d['name']} {d['total_bytes'] / GIB:.1f} GiB"
         rows["NVIDIA driver"] = f"{gpu.get('driver_version')} (CUDA {gpu.get('cuda_driver_version')})"
     elif hw:
         rows["GPU"] = f"none readable ({gpu.get('error')})"
     host = hw.get("host") or {}
     if host:
         total = host.get("ram_total_bytes")
-        rows["Host RAM"] = "unknown (not stated)" if total is None else f"{total / 2**30:.1f} GiB total"
+        rows["Host RAM"] = "unknown (not stated)" if total is None else f"{total / GIB:.1f} GiB total"
     docker = hw.get("docker") or {}
     if docker:
         rows["Docker"] = (f"{docker.get('server_version')} at {docker.get('endpoint')}" if docker.get("reachable")

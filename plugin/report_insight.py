@@ -4,7 +4,8 @@ was not recorded says whether its option was not given or its phase did not esta
 """
 from __future__ import annotations
 
-from .outcomes import CODES, gib
+from .outcomes import CODES
+from .units import gib
 from .propose import NOT_SETTINGS
 from .report_parts import absent, e, kv, num, section, table, text
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .batch_summary import summary_lines
-from .outcomes import gib
+from .units import gib
 from .report_insight import landing, operator_score
 from .report_parts import absent, e, kv, num, section, table, text
 from .report_svg import memory_plot

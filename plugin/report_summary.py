@@ -9,7 +9,8 @@ from __future__ import annotations
 import shlex
 from typing import Sequence
 
-from .outcomes import CODES, gib
+from .outcomes import CODES
+from .units import gib
 from .report_insight import calibration, consistency, proposal, under_floor
 from .report_parts import absent, e, kv, num, page_style, section, table, text
 from .report_sections import run_sections

@@ -10,7 +10,8 @@ import math
 from html import escape
 from typing import Sequence
 
-GIB = 2**30
+from .units import GIB
+
 WIDTH, PANEL_H, LEFT, RIGHT, TOP, GAP, BOTTOM = 900, 170, 70, 20, 28, 52, 36
 MAX_POINTS = 1200  # per series, after thinning
 FONT = 'font-family="sans-serif" font-size="11"'  # a generic family: the viewer's own font, never fetched

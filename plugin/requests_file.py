@@ -14,9 +14,10 @@ from typing import Callable
 
 from . import strict_json
 from .shown import as_json as _show
+from .units import MIB
 
-MAX_LINE_BYTES = 16 * 2**20
-MAX_FILE_BYTES = 256 * 2**20
+MAX_LINE_BYTES = 16 * MIB
+MAX_FILE_BYTES = 256 * MIB
 MAX_ERRORS_KEPT = 200  # a broken 100,000-line file must not produce a 100,000-line message
 MAX_CUSTOM_ID_CHARS = 512
 

@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import strict_json
+from .kv_dtypes import KV_DTYPES
 from .shown import as_json
 
 OWN_SCHEMA = "onegpu/settings@1"
 LEGACY_SCHEMA = "axm/one-gpu-settings@1"
 
-KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
+KV_CACHE_DTYPES = tuple(KV_DTYPES)  # kv_dtypes.py: one row per value
 # How vLLM's UVA offloader holds the offloaded weights in host RAM (plugin.launch sets the engine's env from it):
 # "rounded" is vLLM's default, each parameter pinned through torch's pinned allocator, which rounds every buffer
 # up to a power of two; "exact" sets VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1, so no parameter goes through

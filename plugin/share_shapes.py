@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import re
 
+from .units import gib as units_gib
+
 WITHHELD = "(withheld: not on the allow-list)"
 SHAPES = {
     "model_id": re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$"),
@@ -41,8 +43,7 @@ def finite(value) -> float | int | None:
 
 def gib(value) -> str:
     """Bytes as GiB with two decimals; 'unknown' for anything but a number."""
-    v = finite(value)
-    return "unknown" if v is None else f"{v / 2**30:,.2f} GiB"
+    return units_gib(finite(value))
 
 
 def number(value, unit: str = "", digits: int = 2) -> str:

@@ -19,10 +19,11 @@ import msgspec
 
 from .adapter_http import is_event_stream, path_of
 from .rundir import open_private_append
+from .units import MIB
 
 TRANSPORT_LABEL = ("transport measurements on the adapter's clock (request head received -> bytes relayed); "
                    "not a model benchmark")
-_KEEP_JSON_BYTES = 4 * 2**20  # non-streamed bodies up to this size are parsed for their usage
+_KEEP_JSON_BYTES = 4 * MIB  # non-streamed bodies up to this size are parsed for their usage
 GROUP_COMMIT_S = 0.05  # lines written within this long after one another share one fsync
 
 

@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from plugin.manifest import MIB
+from plugin.units import MIB
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 

@@ -237,3 +237,25 @@ def test_described_lines_show_the_pool_arithmetic():
     assert "5 group(s) + 6 padding layer slot(s)" in sliding and "window - 1 + 16,384 in-flight" in sliding
     pool = next(line for line in lines if line.strip().startswith("pool:"))
     assert "737,280 B per block" in pool and "13,357 blocks per request" in pool and "x 2 (async" in pool
+
+
+def test_one_table_of_kv_dtypes_feeds_the_settings_the_estimate_and_the_version_check():
+    """A dtype added to kv_dtypes.KV_DTYPES is accepted by the settings, sized by the estimate, version-checked and
+    judged for the DiffKV backends, with nothing else to edit; each of today's rows is read that way."""
+    from plugin.consistency import check_kv_dtype
+    from plugin.kv_dtypes import KV_DTYPES
+    from plugin.settings import check_field
+
+    assert list(KV_DTYPES) == ["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
+    for name, row in KV_DTYPES.items():
+        assert check_field("kv_cache_dtype", name, ("kv",)) is None, name
+        llama = kv_cache_estimate(LLAMA3_8B, 8192, name, 2048)
+        assert llama.dtype_bytes == (row.element_bytes or 2), name  # auto: the model's bfloat16
+        mimo = kv_cache_estimate(MIMO_V2_FLASH, 8192, name, 2048)
+        assert (mimo.bytes is not None) == row.diff_kv, name
+        rows = check_kv_dtype(name, row.accepted_from, "the probe", LLAMA3_8B)
+        assert rows[0].status == "ok", (name, rows[0].message)
+        if row.refused_below:
+            refused = check_kv_dtype(name, "0.1.0", "the probe", LLAMA3_8B)
+            assert refused[0].status == "warning", (name, refused[0].message)
+    assert check_field("kv_cache_dtype", "int8", ("kv",)) is not None

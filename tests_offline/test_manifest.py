@@ -20,10 +20,11 @@ import pytest
 from plugin.custody import CustodyRequest, Reuse, covers_every_file, take_custody
 from plugin.hf_cache_auth import (CONTENT_ADDRESS_STATEMENT, PublisherHashesError, detect_layout,
                                   parse_publisher_hashes)
-from plugin.manifest import (DROP_STEP_BYTES, MIB, FileStat, ManifestError, buffer_bytes_for, default_workers,
+from plugin.manifest import (DROP_STEP_BYTES, FileStat, ManifestError, buffer_bytes_for, default_workers,
                              hash_file, hash_files, load_manifest, plan_page_cache, progress_line, recheck,
                              walk_checkpoint)
 from plugin.manifest import resident_bytes as engine_resident_bytes
+from plugin.units import MIB
 from plugin.outcomes import Blocked
 from tests_offline.docker_required import ci_demands_docker
 from tests_offline.custody_helpers import REV, _settings, plain_checkpoint, sha256sum_lines
