@@ -35,7 +35,7 @@ _rewrite_fixture_modules_only()
 
 from . import gating, terminal
 from .backstop import backstop_s, checkpoint_bytes
-from .glue import settings_path
+from .glue import session_settings, settings_path
 from .hardware_model import load_profile
 from .interrupts import GUARD
 from .interruption import Cut, phase_progress, timeout_detail, unreported
@@ -44,7 +44,7 @@ from .outcomes import Blocked, parse_reason
 from .receipt import Receipt, now_iso
 from .rundir import RunFolderError, create_run_folder, reopen_for_resume
 from .session import KIT_KEY, KitSession, kit_of
-from .settings import SettingsError, load_settings
+from .settings import SettingsError
 from .verdicts import phase_verdicts, run_verdict
 
 __version__ = "0.1.0"
@@ -221,7 +221,7 @@ def _set_timeout_backstop(config, kit: KitSession, acting: list) -> None:
     if not acting or path is None or config.getoption("timeout", None) is not None:
         return  # nothing acts, or the operator chose a timeout themselves
     try:
-        settings = load_settings(path)
+        _, settings = session_settings(config)
     except SettingsError:
         return  # the settings test says why; nothing will start
     limit = backstop_s(settings, checkpoint_bytes(Path(settings.model_path)))

@@ -23,7 +23,7 @@ from .session import kit_of
 from .checkpoint_files import cache_layout, list_files
 from .consistency import check_kv_dtype, consistency_checks
 from .fixtures_plan import _run_disk_free
-from .glue import blocked_as_xfail, settings_path
+from .glue import blocked_as_xfail, session_settings, settings_path
 from .image import resolve_local_image
 from .kvcache import kv_cache_estimate
 from .machine_checks import select_gpu
@@ -218,7 +218,7 @@ def calibration(pytestconfig, hardware, kit):
     if cal is None:
         return None
     opts = _options(pytestconfig)
-    selector = opts.request.gpu if opts.request is not None else load_settings(settings_path(pytestconfig)).gpu
+    selector = opts.request.gpu if opts.request is not None else session_settings(pytestconfig)[1].gpu
     warnings = [*cal.warnings, *filter(None, [calibrate.gpu_warning(cal, _gpu_name(hardware, selector))])]
     kit.receipt.set("calibration", {**cal.as_json(), "warnings": warnings})
     for warning in warnings:

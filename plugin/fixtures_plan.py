@@ -8,7 +8,7 @@ import pytest
 
 from .capacity import TABLE_TITLE, capacity_table, capacity_verdicts, verdict_line
 from .checkpoint import read_checkpoint
-from .glue import blocked_as_xfail, settings_path
+from .glue import blocked_as_xfail, session_settings, settings_path
 from .image import describe_image, resolve_local_image
 from .jsonable import to_json
 from .kvcache import kv_cache_estimate
@@ -18,7 +18,7 @@ from .outcomes import Blocked
 from .plan import SYNTHETIC_LINE, PlanFileError, load_plan, plan_bytes, plan_digest, plan_document, \
     require_same_plan
 from .rundir import write_private
-from .settings import Settings, SettingsError, load_settings
+from .settings import Settings, SettingsError
 
 
 def pytest_addoption(parser):
@@ -45,12 +45,12 @@ def settings(pytestconfig, kit) -> Settings:
             raise Blocked("NO_SETTINGS", "no --settings file given: the machine facts stand alone; give "
                                          "--settings=s.json to read the checkpoint and see the plan")
         try:
-            loaded = load_settings(path)
+            raw, loaded = session_settings(pytestconfig)
         except SettingsError as exc:
             kit.receipt.set("settings_errors", exc.errors)
             raise Blocked("SETTINGS_INVALID", f"{exc.path}: " + "; ".join(exc.errors),
                           {"errors": len(exc.errors)}) from None
-    write_private(kit.run_folder / "settings.json", path.read_bytes())
+    write_private(kit.run_folder / "settings.json", raw)  # the bytes judged above
     kit.receipt.set("settings", {"path": str(path.absolute()), "sha256": loaded.sha256,
                                  "schema": loaded.source_schema, "assumed": loaded.assumed,
                                  "values": to_json(loaded)})

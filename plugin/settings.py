@@ -209,6 +209,11 @@ def parse_settings(data: dict, path: str, sha256: str) -> Settings:
 
 def load_settings(path: Path) -> Settings:
     """Read and validate a settings file; raises SettingsError (never a traceback for bad input)."""
+    return settings_of_bytes(read_settings_bytes(path), str(path))
+
+
+def read_settings_bytes(path: Path) -> bytes:
+    """A settings file's bytes; raises SettingsError when it cannot be read or is too large to be one."""
     shown = str(path)
     try:
         raw = Path(path).read_bytes()
@@ -218,6 +223,11 @@ def load_settings(path: Path) -> Settings:
         raise SettingsError(shown, [f"cannot read ({exc.strerror})"]) from None
     if len(raw) > 1_000_000:
         raise SettingsError(shown, [f"{len(raw)} bytes: a settings file must be under 1,000,000 bytes"])
+    return raw
+
+
+def settings_of_bytes(raw: bytes, shown: str) -> Settings:
+    """Validate a settings file's bytes (`shown` names it in errors); raises SettingsError."""
     try:
         data = strict_json.loads(raw)
     except (strict_json.StrictJSONError, UnicodeDecodeError) as exc:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from plugin import strict_json
+from tests_offline.paths import REPO_ROOT
 from plugin.settings import ASSUMED_DEFAULTS, LEGACY_SCHEMA, OWN_SCHEMA, Settings, SettingsError, load_settings
 
 # The earlier kit's example, byte for byte as it ships (../shared/compat is not part of this repository).
@@ -306,3 +307,34 @@ def test_missing_settings_is_its_own_blocked_fact(kit_project):
     result = kit_project.runpytest("-m", "scan", "-rx")
     result.assert_outcomes(xfailed=1)
     result.stdout.fnmatch_lines(["*BLOCKED NO_SETTINGS: no --settings file given*"])
+
+
+ONE_READING = (
+    "import pytest\n"
+    "@pytest.mark.scan\n@pytest.mark.phase('plan')\n"
+    "def test_the_plan_reads_the_settings(settings):\n    pass\n"
+    "@pytest.mark.approve_load\n@pytest.mark.phase('load')\n"
+    "def test_an_acting_test_reads_them_too(settings):\n    pass\n"
+)
+
+
+def test_a_session_reads_and_judges_its_settings_file_once(kit_project, monkeypatch):
+    """An approved session reads the settings for its timeout backstop and for the plan: the file is read and
+    validated once, and the run folder's copy is those very bytes."""
+    import plugin.glue as glue
+
+    reads, judged = [], []
+    read, judge = glue.read_settings_bytes, glue.settings_of_bytes
+    monkeypatch.setattr(glue, "read_settings_bytes", lambda path: reads.append(path) or read(path))
+    monkeypatch.setattr(glue, "settings_of_bytes", lambda raw, shown: judged.append(shown) or judge(raw, shown))
+    demo = json.loads((REPO_ROOT / "examples" / "demo-settings.json").read_text())
+    text = json.dumps({**demo, "model_path": str(kit_project.path / "model")}, indent=2).encode()
+    (kit_project.path / "s.json").write_bytes(text)
+    kit_project.makepyfile(**{"tests_hw/test_reading": ONE_READING})
+    result = kit_project.runpytest("-m", "scan or approve_load", "--settings=s.json")
+    result.assert_outcomes(passed=2)
+    assert len(reads) == 1 and len(judged) == 1, (reads, judged)
+    (folder,) = (kit_project.path / "runs").iterdir()
+    assert (folder / "settings.json").read_bytes() == text
+    receipt = json.loads((folder / "receipt.json").read_text())
+    assert receipt["timeout_backstop_s"] > 7200  # the backstop was set from the same reading (deadline_s 7200)
