@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,8 @@ from .image import resolve_local_image
 from .kvcache import kv_cache_estimate
 from .machine_checks import select_gpu
 from .outcomes import Blocked
-from .receipt import apply_journal, now_iso
+from .receipt import now_iso
+from .run_reader import NotARunFolder, read_run, read_samples
 from .rundir import write_json
 from .settings import SettingsError, load_settings
 from .units import GIB
@@ -90,45 +90,17 @@ def _read_score(config) -> tuple[dict, str, str] | None:
     return record, shown, sha
 
 
-def _json_file(path: Path, run_id: str, required: bool):
-    if not path.exists() and not required:
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise calibrate.CalibrationError(f"run {run_id}: no {path.name}: not a kit run folder") from None
-    except (OSError, ValueError) as exc:
-        raise calibrate.CalibrationError(f"run {run_id}: {path.name} cannot be read ({exc})") from None
-
-
-def _samples(path: Path) -> list[dict]:
-    """samples.jsonl, skipping a torn last line (a hard kill can leave one)."""
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue
-    return [r for r in rows if isinstance(r, dict)]
-
-
 def load_run(folder: Path) -> calibrate.RunBasis:
     """An earlier run folder's basis; raises CalibrationError naming what is missing."""
     folder = folder.absolute()
     run_id = folder.name
-    if not folder.is_dir():
-        raise calibrate.CalibrationError(f"{folder}: no such run folder")
-    # A hard-killed session left its last facts in the journal, not yet in receipt.json.
-    receipt = _json_file(folder / "receipt.json", run_id, True)
-    receipt = apply_journal(receipt, folder) if isinstance(receipt, dict) else receipt
     try:
-        settings = load_settings(folder / "settings.json")
-    except SettingsError as exc:
-        raise calibrate.CalibrationError(f"run {run_id}: its settings.json cannot be read: {exc}") from None
-    manifest = _json_file(folder / "manifest.json", run_id, False)
-    return calibrate.run_basis(run_id, str(folder), receipt, settings, manifest, _samples(folder / "samples.jsonl"))
+        run = read_run(folder)
+    except NotARunFolder as exc:
+        raise calibrate.CalibrationError(f"run {run_id}: {exc}") from None
+    if isinstance(run.settings, SettingsError):
+        raise calibrate.CalibrationError(f"run {run_id}: its settings.json cannot be read: {run.settings}")
+    return calibrate.run_basis(run_id, str(folder), run.receipt, run.settings, run.manifest, read_samples(folder))
 
 
 def current_basis(model_path: str, image: str, context: int, chunk: int, kv_dtype, offload, source: str,

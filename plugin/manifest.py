@@ -401,11 +401,14 @@ class ManifestError(ValueError):
     """An earlier manifest.json cannot be used; the message names the file and the rule."""
 
 
-_ROW_FIELDS = {"path": str, "size": int, "mtime_ns": int, "inode": int, "sha256": str}
+_ROW_FIELDS = {"path": str, "size": int, "sha256": str}
+_STAT_FIELDS = {"mtime_ns": int, "inode": int}  # what reusing a manifest compares besides the size
 
 
-def load_manifest(path: Path) -> tuple[dict, str]:
-    """An earlier manifest.json and its own SHA-256; raises ManifestError naming what is wrong."""
+def load_manifest(path: Path, for_reuse: bool = True) -> tuple[dict, str]:
+    """An earlier manifest.json and its own SHA-256; raises ManifestError naming what is wrong. Read only for its
+    digests (for_reuse False: compare, calibration), a row needs no mtime or inode: a manifest shared as evidence
+    may have had them removed."""
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:
@@ -419,7 +422,7 @@ def load_manifest(path: Path) -> tuple[dict, str]:
     if not isinstance(data.get("root"), str) or not isinstance(data.get("files"), list) or not data["files"]:
         raise ManifestError(f"{path}: needs 'root' (a path) and 'files' (a non-empty list)")
     for n, row in enumerate(data["files"]):
-        for name, kind in _ROW_FIELDS.items():
+        for name, kind in ({**_ROW_FIELDS, **_STAT_FIELDS} if for_reuse else _ROW_FIELDS).items():
             value = row.get(name) if isinstance(row, dict) else None
             if not isinstance(value, kind) or isinstance(value, bool):
                 raise ManifestError(f"{path}: files[{n}].{name}: must be a {kind.__name__}")

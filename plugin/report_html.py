@@ -12,7 +12,6 @@ is pure.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pytest_html.report_data import ReportData
@@ -20,11 +19,10 @@ from pytest_html.selfcontained_report import SelfContainedReport
 from pytest_html.util import _process_css, _read_template
 from pytest_metadata.plugin import metadata_key
 
-from .jsonable import to_json
 from .report_summary import TITLE, sections
 from .rundir import write_private
 from .session import kit_of
-from .settings import SettingsError, load_settings
+from .run_reader import read_samples, read_settings_values
 from .share_summary import share_text
 from .units import GIB
 
@@ -59,34 +57,6 @@ class KitSections:
         folder = self.kit.run_folder
         prefix.extend(sections(self.kit.receipt.data, read_samples(folder), read_settings_values(folder),
                                run_files(folder)))
-
-
-def read_samples(folder: Path) -> list[dict]:
-    """samples.jsonl's lines (a torn last line from a hard kill is skipped); [] when the engine never ran."""
-    path = folder / "samples.jsonl"
-    if not path.is_file():
-        return []
-    samples = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            samples.append(value)
-    return samples
-
-
-def read_settings_values(folder: Path) -> dict | None:
-    """The settings as the session read them, from the run folder's copy; None when absent or invalid."""
-    path = folder / "settings.json"
-    if not path.is_file():
-        return None
-    try:
-        loaded = load_settings(path)
-    except SettingsError:
-        return None
-    return {k: v for k, v in to_json(loaded).items() if k not in ("path", "sha256", "assumed", "source_schema")}
 
 
 def run_files(folder: Path) -> list[tuple[str, int | None]]:

@@ -105,8 +105,8 @@ def test_a_run_that_never_reached_ready_measured_nothing():
 
 
 def test_a_folder_that_is_not_a_run_or_lacks_its_manifest_is_named(tmp_path):
-    with pytest.raises(calibrate.CalibrationError, match="no receipt.json: not a kit run folder"):
-        load_run(tmp_path)
+    with pytest.raises(calibrate.CalibrationError, match=r"not a run folder \(no receipt.json in it\)"):
+        load_run(tmp_path)  # worded as compare words it: one reader of run folders
     shutil.copytree(READY, tmp_path / "copy")
     (tmp_path / "copy" / "manifest.json").unlink()
     with pytest.raises(calibrate.CalibrationError, match="no manifest.json: nothing ties the run to a checkpoint"):

@@ -87,3 +87,24 @@ def test_usage_is_explained_without_two_folders():
     done = subprocess.run([sys.executable, "-m", "plugin.compare"], cwd=REPO, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2 and "RUN_A" not in done.stdout and "run_a" in done.stderr
+
+
+def test_compare_and_calibration_read_a_run_folder_through_one_reader(real_runs, tmp_path):
+    """The same folder gives compare and calibration the same receipt and manifest, and the same refusal."""
+    from plugin import compare_cli, run_reader
+    from plugin.calibrate import CalibrationError
+    from plugin.fixtures_insight import load_run as calibration_run
+
+    folder = real_runs.folder("scan-a")
+    run = run_reader.read_run(folder)
+    evidence = compare_cli.load_run(folder)
+    assert evidence.receipt == run.receipt and evidence.manifest == run.manifest
+    assert evidence.settings == run.settings_values and run.settings_values
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "receipt.json").write_text('{"schema": "something else"}')
+    with pytest.raises(run_reader.NotARunFolder) as compared:
+        compare_cli.load_run(broken)
+    with pytest.raises(CalibrationError) as calibrated:
+        calibration_run(broken)
+    assert str(compared.value) in str(calibrated.value)
