@@ -10,7 +10,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from .units import gib
-from .receipt import PHASES
+from .outcomes import PHASES
 from .verdicts import progress_words
 
 TIMINGS = ("hashing", "probe", "load", "canary", "batch", "serve")

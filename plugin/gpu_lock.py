@@ -17,11 +17,11 @@ import socket
 import threading
 import time
 
+from .limitations import GPU_LOCK
 from .outcomes import Blocked
 
 ANSWER_TIMEOUT_S = 2.0
-LIMITATION = ("the per-GPU lock is an abstract Unix socket: it excludes sessions in the same network namespace "
-              "on this host, not sessions inside other containers or on other hosts")
+LIMITATION = GPU_LOCK  # limitations.py: the sentence the public summary may quote
 
 
 def lock_name(gpu_uuid: str) -> str:

@@ -118,18 +118,16 @@ class LaunchSpec:
         """The vllm serve flags the command uses, in order (what the runtime probe checks)."""
         return [arg for arg in self.command if arg.startswith("--")]
 
-    def device_requests(self) -> list:
-        """The one GPU by UUID, as the docker SDK asks for it (empty without a GPU)."""
+    def device_requests(self) -> list[dict]:
+        """The one GPU by UUID, as the docker SDK's DeviceRequest takes it (the SDK makes one of each mapping);
+        empty without a GPU."""
         if self.gpu_uuid is None:
             return []
-        from docker.types import DeviceRequest
-
-        return [DeviceRequest(driver="nvidia", device_ids=[self.gpu_uuid], capabilities=[["gpu"]])]
+        return [{"driver": "nvidia", "device_ids": [self.gpu_uuid], "capabilities": [["gpu"]]}]
 
     def create_kwargs(self) -> dict:
-        """Keyword arguments for `client.containers.create` (never `containers.run`: it pulls on a miss)."""
-        from docker.types import Mount
-
+        """Keyword arguments for `client.containers.create` (never `containers.run`: it pulls on a miss). Plain
+        data: mounts in the Engine API's own form (the SDK passes them on as they are), GPUs as above."""
         kwargs = {
             "image": self.image_id,
             "name": self.name,
@@ -137,7 +135,7 @@ class LaunchSpec:
             "command": list(self.command),
             "environment": dict(self.environment),
             "labels": dict(self.labels),
-            "mounts": [Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
+            "mounts": [{"Target": m.target, "Source": m.source, "Type": "bind", "ReadOnly": m.read_only}
                        for m in self.mounts],
             "network_mode": self.network_mode,
             "mem_limit": self.mem_limit_bytes,

@@ -68,6 +68,9 @@ CANNOT_START_HERE = ("IMAGE_MISSING", "HARDWARE_REPLAYED")
 # phase's GPU selection needs the settings) waits on it, and the finding is the later phase's, not its own.
 HOME_PHASE = {"NO_SETTINGS": "plan", "SETTINGS_INVALID": "plan"}
 
+# The phases of KIT.md section 3, in order; every kit test belongs to one.
+PHASES = ("machine", "plan", "probe", "custody", "load", "canary", "batch", "serve")
+
 
 def consequence(code: str | None) -> int:
     """Rank of a blocked code for leading a verdict line: higher leads."""

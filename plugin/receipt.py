@@ -21,8 +21,6 @@ from .rundir import open_private_append, write_json
 SCHEMA = "onegpu/receipt@1"
 JOURNAL = "receipt.journal.jsonl"
 
-# The phases of KIT.md section 3, in order; every kit test belongs to one.
-PHASES = ("machine", "plan", "probe", "custody", "load", "canary", "batch", "serve")
 
 
 def now_iso() -> str:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from .interruption import Cut
-from .receipt import PHASES, Receipt
+from .outcomes import PHASES
+from .receipt import Receipt
 
 
 @dataclass

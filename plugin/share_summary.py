@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import re
 
-from .gpu_lock import LIMITATION as GPU_LOCK_LIMITATION
+from .limitations import GPU_LOCK as GPU_LOCK_LIMITATION
 from .kv_pool import ACCOUNTING
 from .outcomes import CODES, consequence
-from .receipt import PHASES
+from .outcomes import PHASES
 from .share_shapes import SHAPES, WITHHELD, gib, number, shaped
 from .share_shapes import as_dict as _dict, finite as _n
 from .verdicts import capacity_tally

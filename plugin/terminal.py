@@ -1,9 +1,13 @@
 """Pure: the lines a kit session prints at the end: facts, tables, the verdict table, where the evidence is."""
 from __future__ import annotations
 
-from .receipt import PHASES
-from .session import KitSession
+from typing import TYPE_CHECKING
+
+from .outcomes import PHASES
 from .verdicts import phase_verdicts, run_verdict
+
+if TYPE_CHECKING:  # the type only: the session module imports pytest, and this module is pure
+    from .session import KitSession
 
 
 def summary_lines(kit: KitSession) -> list[str]:

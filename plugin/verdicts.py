@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .outcomes import HOME_PHASE, consequence
-from .receipt import PHASES
+from .outcomes import PHASES
 
 # The worst outcome of a phase's tests decides the phase. A phase the session cut (or never reached) is
 # INTERRUPTED whatever its other tests said: what it did not do is unknown, so it can never read PASSED.

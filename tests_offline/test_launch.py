@@ -134,11 +134,22 @@ def test_container_isolation_and_limits():
     for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK"):
         assert kw["environment"][key] == "1"
     (request,) = kw["device_requests"]
-    assert request["Driver"] == "nvidia" and request["DeviceIDs"] == [UUID] and request["Capabilities"] == [["gpu"]]
+    assert request == {"driver": "nvidia", "device_ids": [UUID], "capabilities": [["gpu"]]}
     mounts = {m["Target"]: m for m in kw["mounts"]}
     assert mounts["/model"]["Source"] == "/srv/models/mimo" and mounts["/model"]["ReadOnly"] is True
     assert mounts["/run/onegpu"]["Source"] == "/runs/r1/sock" and mounts["/run/onegpu"]["ReadOnly"] is False
     assert spec.socket_path == "/runs/r1/sock/engine.sock"
+
+
+def test_the_docker_sdk_makes_the_host_config_the_sdk_types_made():
+    """create_kwargs is plain data; the SDK turns it into the same GPU request and mounts its own types gave."""
+    from docker.types import DeviceRequest, HostConfig, Mount
+
+    kw = spec_for(settings()).create_kwargs()
+    host = HostConfig(version="1.41", device_requests=kw["device_requests"], mounts=kw["mounts"])
+    assert host["DeviceRequests"] == [DeviceRequest(driver="nvidia", device_ids=[UUID], capabilities=[["gpu"]])]
+    assert host["Mounts"] == [Mount(target="/model", source="/srv/models/mimo", type="bind", read_only=True),
+                              Mount(target="/run/onegpu", source="/runs/r1/sock", type="bind", read_only=False)]
 
 
 def test_labels_identify_the_owner_precisely():
