@@ -46,7 +46,7 @@ from plugin.transport_log import percentile  # noqa: E402
 from tests_offline.stub_serving import SOCKET_IN_CONTAINER, stub_serving  # noqa: E402
 
 KEY = "bench-" + "k" * 37
-ENGINE_UNPACED = {}  # the stub answers at once and streams its 16 tokens back to back
+ENGINE_UNPACED: dict[str, float] = {}  # the stub answers at once and streams its 16 tokens back to back
 PACE_S = 0.01
 ENGINE_PACED = {"STUB_TOKEN_DELAY_S": PACE_S}  # streams paced like a (fast) model: the adapter is not saturated
 ANCHOR_CLIENT = """
@@ -167,6 +167,7 @@ def adapter_process(socket_path: str) -> Iterator[tuple[int, int]]:
         proc = mp.get_context("spawn").Process(target=run_adapter, args=(socket_path, log_dir, child))
         proc.start()
         port = parent.recv()
+        assert proc.pid is not None  # started above
         try:
             yield proc.pid, port
         finally:
@@ -186,7 +187,12 @@ def anchor(container, socket_in_container: str, payload: bytes, stream: bool, n:
         for piece in output:
             if first is None and (not stream or b"data:" in piece):
                 first = time.perf_counter() - began
-        times.append(first if stream else time.perf_counter() - began)
+        if not stream:
+            times.append(time.perf_counter() - began)
+        elif first is None:
+            raise RuntimeError("the anchor client's stream ended without a data: line")
+        else:
+            times.append(first)
     return times
 
 
@@ -203,7 +209,10 @@ def command_line() -> str:
 
 def stats(times: list[float]) -> dict:
     ms = [t * 1000 for t in times]
-    return {"n": len(ms), "p50_ms": round(percentile(ms, 50), 3), "p99_ms": round(percentile(ms, 99), 3)}
+    p50, p99 = percentile(ms, 50), percentile(ms, 99)
+    if p50 is None or p99 is None:
+        raise ValueError("no times to summarise")
+    return {"n": len(ms), "p50_ms": round(p50, 3), "p99_ms": round(p99, 3)}
 
 
 def main() -> int:

@@ -22,11 +22,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import docker  # noqa: E402
 
-import bench_adapter as bench  # noqa: E402
+from benchmarks import bench_adapter as bench  # noqa: E402
 from tests_offline.stub_serving import stub_serving  # noqa: E402
 
 WARMUP = 100

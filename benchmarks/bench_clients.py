@@ -60,7 +60,10 @@ class LeanClient:
             while not answer.endswith(LAST_CHUNK_END):
                 answer += self._more()
             return took
-        length = int(CONTENT_LENGTH.search(answer, 0, body_at).group(1))
+        found = CONTENT_LENGTH.search(answer, 0, body_at)
+        if found is None:
+            raise RuntimeError(f"a 200 answer without Content-Length: {answer[:300]!r}")
+        length = int(found.group(1))
         while len(answer) - body_at < length:
             answer += self._more()
         return time.perf_counter() - began
@@ -73,6 +76,7 @@ class StdlibClient:
     def __init__(self, target, payload: bytes, key: str):
         self.payload = payload
         self.headers = {"Content-Type": "application/json"}
+        self.conn: http.client.HTTPConnection
         if isinstance(target, str):
             self.conn = UnixHTTPConnection(target, timeout=30)
         else:
@@ -98,4 +102,4 @@ class StdlibClient:
         self.conn.close()
 
 
-CLIENTS = {"lean": LeanClient, "http.client": StdlibClient}
+CLIENTS: dict[str, type[LeanClient] | type[StdlibClient]] = {"lean": LeanClient, "http.client": StdlibClient}

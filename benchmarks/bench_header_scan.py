@@ -91,7 +91,7 @@ def timed(fn, runs: int, before=None) -> tuple[list[float], list[float]]:
 def timed_pair(fn_a, fn_b, runs: int, before) -> tuple[tuple[list[float], list[float]], ...]:
     """Two figures timed in alternation, `before` ahead of each call, the order swapped every run so that
     a drift of the machine lands on both; pair i of the two results was taken the same moment."""
-    figures = (([], []), ([], []))
+    figures: tuple[tuple[list[float], list[float]], tuple[list[float], list[float]]] = (([], []), ([], []))
     for i in range(runs):
         for k in ((0, 1) if i % 2 == 0 else (1, 0)):
             before()
@@ -186,6 +186,7 @@ def main() -> int:
     root = build(folder, args.layers, args.experts, args.shards)
     facts = read_checkpoint(root)
     shard_paths = [root / s.name for s in facts.shards]
+    assert facts.index_file is not None  # build() writes a sharded checkpoint, which has an index
     index_path = root / facts.index_file
     headers = read_headers(index_path, shard_paths)
     index_bytes = len(headers[0])

@@ -388,6 +388,7 @@ def markdown(results: dict) -> str:
            f"{first['s'] * 1000:,.0f} ms | direct whole answer ({results['max_tokens']} tokens), 1 client, p50: "
            f"{whole_1 if whole_1 is not None else '-'} ms | {ratio(first['s'] * 1000, whole_1)} |"]
     if rest:
+        assert rest_s is not None  # the median of `rest`, set above when there is one
         tokens = sorted({c["completion_tokens"] for c in rest})
         out.append(f"| canary, median of the next {len(rest)} calls ({'/'.join(map(str, tokens))} tokens) | "
                    f"{rest_s * 1000:,.0f} ms | the same | {ratio(rest_s * 1000, whole_1)} |")
@@ -486,6 +487,8 @@ def main(argv: list[str] | None = None) -> int:
         high_water = {}
         try:
             handle = engine.launch()
+            # launch() returns once the engine is ready: its container exists and the boot was timed
+            assert handle.container_id is not None and engine.boot_elapsed_s is not None
             high_water["boot"] = watch.high_water()
             watch.phase = "calls"
             results["boot"] = {"s": round(engine.boot_elapsed_s, 2),
@@ -504,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
             peaks = watch.stop()
             engine.close()
         results["memory"] = {"peaks": peaks, "high_water": high_water}
+        assert engine.final is not None  # close() above recorded the end state
         results["engine_end"] = {k: engine.final.get(k) for k in ("exit_code", "oom_killed", "removed")}
     finally:
         shutil.rmtree(work, ignore_errors=True)

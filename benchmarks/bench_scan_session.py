@@ -35,6 +35,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(tempfile.gettempdir())
@@ -100,6 +101,7 @@ def run_child(argv: list[str], env: dict | None = None) -> dict:
     env = CHILD_ENV if env is None else env
     start = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    assert proc.stdout is not None  # stdout=PIPE
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -148,7 +150,7 @@ def measure(root: Path, rounds: int, work: Path) -> dict:
     probe_dir.mkdir(exist_ok=True)
     (probe_dir / "onegpu_bench_probe.py").write_text(PROBE)
     env = {**CHILD_ENV, "PYTHONPATH": f"{probe_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    rows = {"session": [], "scan": [], "import_pytest": [], "session_uncached": []}
+    rows: dict[str, list[dict]] = {"session": [], "scan": [], "import_pytest": [], "session_uncached": []}
     shares = []
 
     def session(n: int, uncached: bool = False) -> dict:
@@ -173,7 +175,7 @@ def measure(root: Path, rounds: int, work: Path) -> dict:
     def import_pytest(_n: int) -> dict:
         return run_child([sys.executable, "-c", "import pytest"])
 
-    figures = {"session": session, "scan": scan, "import_pytest": import_pytest,
+    figures: dict[str, Callable[[int], dict]] = {"session": session, "scan": scan, "import_pytest": import_pytest,
                "session_uncached": lambda n: session(n, uncached=True)}
     names = list(figures)
     for name in names:
@@ -192,7 +194,8 @@ def measure(root: Path, rounds: int, work: Path) -> dict:
 def measure_startup(rounds: int) -> dict:
     kit = run_child([sys.executable, "-c", "import " + ", ".join(KIT_MODULES)])  # warm-up
     bare = run_child([sys.executable, "-c", "import pytest"])
-    kit_rows, bare_rows = [], []
+    kit_rows: list[dict] = []
+    bare_rows: list[dict] = []
     for n in range(rounds):
         pair = [("kit", [sys.executable, "-c", "import " + ", ".join(KIT_MODULES)]),
                 ("bare", [sys.executable, "-c", "import pytest"])]

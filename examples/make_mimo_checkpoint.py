@@ -49,8 +49,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from header_only_writer import Tensor, allocated_bytes, tensor_bytes, write_sharded  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from examples.header_only_writer import Tensor, allocated_bytes, tensor_bytes, write_sharded  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parent
 CONFIGS = EXAMPLES / "configs"

@@ -84,6 +84,7 @@ def build_root(work: Path, lock: bool) -> Path:
 
 def tar_chunks(process: subprocess.Popen):
     """The tar stream, read in chunks (the request body of the import)."""
+    assert process.stdout is not None  # import_root starts tar with stdout=PIPE
     while chunk := process.stdout.read(TAR_CHUNK):
         yield chunk
 
@@ -96,6 +97,7 @@ def import_root(client, root: Path, tag: str) -> str:
     repository, _, version = tag.partition(":")
     tar = subprocess.Popen(["tar", "--numeric-owner", "-C", str(root), "-cf", "-", "."], stdout=subprocess.PIPE,
                            stdin=subprocess.DEVNULL)
+    assert tar.stdout is not None  # stdout=PIPE
     try:
         # POST /images/create?fromSrc=- is an import of the bytes sent; nothing is pulled.
         answer = client.api.import_image_from_data(tar_chunks(tar), repository=repository, tag=version,

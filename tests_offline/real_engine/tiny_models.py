@@ -209,7 +209,8 @@ def qwen3_moe(vocab_size: int, ids: dict[str, int]) -> TinyModel:
 def qwen3_moe_tensors(c: dict) -> dict:
     """Per layer: q/k/v/o, per-head q/k RMSNorms, the router `mlp.gate` and per-expert gate/up/down."""
     hidden, head, experts, moe = c["hidden_size"], c["head_dim"], c["num_experts"], c["moe_intermediate_size"]
-    tensors = {"model.embed_tokens.weight": ("BF16", (c["vocab_size"], hidden))}
+    tensors: dict[str, tuple[str, tuple[int, ...]]] = {
+        "model.embed_tokens.weight": ("BF16", (c["vocab_size"], hidden))}
     for layer in range(c["num_hidden_layers"]):
         p = f"model.layers.{layer}."
         tensors |= {
@@ -294,7 +295,8 @@ def mimo_v2_flash_tensors(c: dict) -> dict:
     sliding-window layers, then a dense MLP (moe_layer_freq 0) or the router, its F32 correction bias and
     per-expert gate/up/down. The router is F32: vLLM builds it in `moe_router_dtype`, float32 by default."""
     hidden, experts, moe = c["hidden_size"], c["n_routed_experts"], c["moe_intermediate_size"]
-    tensors = {"model.embed_tokens.weight": ("BF16", (c["vocab_size"], hidden))}
+    tensors: dict[str, tuple[str, tuple[int, ...]]] = {
+        "model.embed_tokens.weight": ("BF16", (c["vocab_size"], hidden))}
     for layer in range(c["num_hidden_layers"]):
         p = f"model.layers.{layer}."
         swa = c["hybrid_layer_pattern"][layer] == 1
@@ -327,7 +329,7 @@ def mimo_v2_flash_tensors(c: dict) -> dict:
 
 def _experts(prefix: str, experts: int, hidden: int, inter: int) -> dict:
     """The per-expert Hugging Face layout (`experts.<e>.gate_proj.weight`) vLLM's FusedMoE mapping reads."""
-    tensors = {}
+    tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
     for expert in range(experts):
         p = f"{prefix}{expert}."
         tensors |= {p + "gate_proj.weight": ("BF16", (inter, hidden)),
@@ -370,7 +372,8 @@ def split_shards(tensors: dict, shards: int) -> list[list[str]]:
     """Tensor names in file order cut into `shards` runs of about equal bytes: a tensor goes to the run its
     first byte falls in."""
     sizes = [BYTES_PER_ELEMENT[d] * int(np.prod(s)) for d, s in tensors.values()]
-    total, done, runs = sum(sizes), 0, [[] for _ in range(shards)]
+    total, done = sum(sizes), 0
+    runs: list[list[str]] = [[] for _ in range(shards)]
     for name, size in zip(tensors, sizes):
         runs[min(shards - 1, done * shards // total)].append(name)
         done += size
@@ -381,7 +384,9 @@ def split_shards(tensors: dict, shards: int) -> list[list[str]]:
 
 def safetensors_file(tensors: dict, names: list[str]) -> bytes:
     """A safetensors file: 8-byte header length, the JSON header padded to 8 bytes, then the data."""
-    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    header: dict[str, dict] = {"__metadata__": {"format": "pt"}}
+    blobs: list[bytes] = []
+    offset = 0
     for name in names:
         dtype, shape = tensors[name]
         blob = tensor_bytes(name, dtype, shape)
@@ -399,7 +404,7 @@ def write_model(out_dir: Path, model: TinyModel, tokenizer) -> Path:
     folder = Path(out_dir) / model.name
     folder.mkdir(parents=True, exist_ok=True)
     runs = split_shards(model.tensors, model.shards)
-    weight_map = {}
+    weight_map: dict[str, str] = {}
     for number, names in enumerate(runs, start=1):
         shard = f"model-{number:05d}-of-{len(runs):05d}.safetensors"
         (folder / shard).write_bytes(safetensors_file(model.tensors, names))

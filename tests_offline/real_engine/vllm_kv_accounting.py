@@ -10,10 +10,12 @@ needs, the null block, the capacity the boot line prints - is vLLM's code, not t
 import json
 import sys
 
-import torch
-from vllm.config import VllmConfig
-from vllm.v1.core import kv_cache_utils as kcu
-from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+# torch and vLLM exist only inside the real-engine image this file runs in; the host's venv (where mypy runs) has
+# neither, and no stubs of them are published.
+import torch  # type: ignore[import-not-found]
+from vllm.config import VllmConfig  # type: ignore[import-not-found]
+from vllm.v1.core import kv_cache_utils as kcu  # type: ignore[import-not-found]
+from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec  # type: ignore[import-not-found]
 
 DTYPES = {1: torch.float8_e4m3fn, 2: torch.bfloat16}
 

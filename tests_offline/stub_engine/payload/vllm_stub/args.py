@@ -97,7 +97,7 @@ def build_parser(knobs: Knobs) -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False,
     )
     parser.add_argument("model_tag", nargs="?", default=None, help="The model tag to serve (optional if specified in config)")
-    groups = {"options": parser}
+    groups: dict[str, argparse._ActionsContainer] = {"options": parser}
     for group, flags, kwargs in FLAGS:
         if (flags[0] == "--uds" and not knobs.has_uds
                 or flags[0] == "--language-model-only" and not knobs.has_language_model_only):

@@ -85,7 +85,8 @@ def network_present() -> list[str]:
 
 def hold_memory(log: VllmLog, knobs: Knobs) -> int:
     """Touch host memory in 64 MiB steps until the RAM cap kills the process; exit 3 past the stub's own limit."""
-    step, held = 64 * 2**20, []
+    step = 64 * 2**20
+    held: list[bytearray] = []
     while len(held) * 64 < knobs.alloc_limit_mib:
         held.append(bytearray(b"\x5a") * step)  # repeated bytes are written, so every page is resident
         log.info("Worker", "weight_utils.py:491", f"stub: {len(held) * 64} MiB of host memory held")

@@ -70,6 +70,10 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "uvicorn"
     sys_version = ""
+    # For the type checker only (bare annotations make no attribute): make_server serves with one of these,
+    # and do_POST resets _done, the count leave_once returns, to None for each request.
+    server: UnixServer | TcpServer
+    _done: int | None
 
     @property
     def engine(self) -> Engine:
@@ -86,7 +90,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def read_body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            parts = []
+            parts: list[bytes] = []
             while True:
                 size = int(self.rfile.readline().split(b";")[0].strip(), 16)
                 if size == 0:
@@ -197,14 +201,17 @@ class Handler(BaseHTTPRequestHandler):
 
 class UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
+    engine: Engine  # set by make_server
 
 
 class TcpServer(ThreadingHTTPServer):
     daemon_threads = True
+    engine: Engine  # set by make_server
 
 
-def make_server(engine: Engine):
+def make_server(engine: Engine) -> UnixServer | TcpServer:
     """Bind the listening socket (a stale socket file is replaced, as vLLM does); returns the server."""
+    server: UnixServer | TcpServer
     if getattr(engine.args, "uds", None):
         path = engine.args.uds
         if os.path.exists(path):
