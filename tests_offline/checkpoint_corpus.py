@@ -71,8 +71,8 @@ def _write(name: str, text: str) -> Callable[[Path], Path]:
     return build
 
 
-def _remap_shard(new_name: str) -> Callable[[Path], Path]:
-    """Point every tensor of the second shard at `new_name` in the index."""
+def _remap_shard(new_name: object) -> Callable[[Path], Path]:
+    """Point every tensor of the second shard at `new_name` in the index (any JSON value, not only a name)."""
     def change(index: dict) -> None:
         index["weight_map"] = {t: (new_name if s == SHARD2 else s) for t, s in index["weight_map"].items()}
     return _edit_index(change)

@@ -7,7 +7,7 @@ import secrets
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import docker  # noqa: F401
 import pytest
@@ -123,7 +123,7 @@ def real_runs(docker_client, tmp_path_factory) -> RealRuns:
 
 
 @pytest.fixture(scope="session")
-def insight_runs(docker_client, tmp_path_factory) -> InsightRuns:
+def insight_runs(docker_client, tmp_path_factory) -> Iterator[InsightRuns]:
     """The sessions, with one tiny local image (labelled onegpu.test=1) that the plan and calibration resolve."""
     from tests_offline.report_sessions import InsightRuns
     from tests_offline.tiny_image import tiny_rootfs

@@ -202,7 +202,7 @@ def raw_exchange(port: int, data: bytes, timeout: float = 10.0) -> bytes:
 
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         sock.sendall(data)
-        parts = []
+        parts: list[bytes] = []
         while True:
             chunk = sock.recv(65536)
             if not chunk:

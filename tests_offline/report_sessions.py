@@ -115,6 +115,7 @@ class RealRuns:
         """Once READY: one chat call through the adapter with the planted prompt, then STOP."""
         conn = out / "connection-private.json"
         end = time.monotonic() + 120
+        assert proc.stdout is not None  # started with stdout=PIPE
         while not (conn.exists() and json.loads(conn.read_text())["state"] == "READY"):
             assert proc.poll() is None and time.monotonic() < end, proc.stdout.read() if proc.poll() else "timeout"
             time.sleep(0.1)
@@ -232,7 +233,7 @@ def partial_receipt() -> dict:
     tests = {"tests_hw/test_1_machine.py::test_a": {"phase": "machine", "outcome": "passed"},
              "tests_hw/test_4_custody.py::test_b": {"phase": "custody", "outcome": "deselected",
                                                      "message": "needs approval: -m approve_load"}}
-    phases = {p: {"verdict": "NOT RUN", "code": None, "message": None, "counts": {}} for p in
+    phases: dict[str, dict] = {p: {"verdict": "NOT RUN", "code": None, "message": None, "counts": {}} for p in
               ("plan", "probe", "custody", "load", "canary", "batch", "serve")}
     return {"schema": "onegpu/receipt@1", "kind": "scan", "tests": tests, "verdict": "NO DEFINITE FAILURE FOUND",
             "phases": {"machine": {"verdict": "PASSED", "counts": {"passed": 1}}, **phases},

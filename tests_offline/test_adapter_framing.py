@@ -29,7 +29,8 @@ def post(port: int, path: str, body: bytes, version: str = "1.1", extra: str = "
 
 def read_answers(sock: socket.socket, count: int, timeout_s: float = 10) -> list[tuple[int, bytes]]:
     """Read `count` length-framed answers from a kept-alive connection: [(status, body)]."""
-    buffered, answers = b"", []
+    buffered = b""
+    answers: list[tuple[int, bytes]] = []
     sock.settimeout(timeout_s)
     while len(answers) < count:
         head_end = buffered.find(b"\r\n\r\n")

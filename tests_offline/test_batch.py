@@ -69,6 +69,12 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
+    received: list[bytes]  # every request body, in order
+    lock: threading.Lock
+    in_flight: int
+    max_in_flight: int
+    behaviour: dict
+    slow_s: float
 
 
 class LocalEngine:

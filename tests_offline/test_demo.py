@@ -74,6 +74,7 @@ def expected_tensor(name: str, c: dict) -> tuple[str, str, tuple[int, ...]]:
     if name in ("model.embed_tokens.weight", "lm_head.weight"):
         return "embed_head", "BF16", (c["vocab_size"], h)
     m = re.fullmatch(r"model\.(?:(mtp\.)?layers\.(\d+)\.)?(.+)", name)
+    assert m is not None, name
     mtp, layer, rest = m[1] is not None, int(m[2]) if m[2] else None, m[3]
     sliding = mtp or (layer is not None and c["hybrid_layer_pattern"][layer] == 1)
     pre = "swa_" if sliding else ""

@@ -21,6 +21,8 @@ OWNER = Owner(pid=os.getpid(), start_ticks=None, boot_id=None, pidns=None, uid=o
 class RefusingDaemon:
     """`containers.create` notes whether the socket path is still there, then says the image is gone."""
 
+    path_at_create: list[bool]
+
     def __init__(self, socket_path: str):
         self.socket_path, self.path_at_create = socket_path, []
         self.containers = self

@@ -110,6 +110,7 @@ class StandInNVML:
     """
 
     nvmlMemory_v2 = pynvml.nvmlMemory_v2
+    calls: list[str]  # the nvml function names called, in order
 
     def __init__(self, raw: dict, fail: dict | None = None):
         self.raw, self.fail, self.calls = raw, fail or {}, []

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
+from typing import Callable
 
 from tests_offline.custody_helpers import _settings, plain_checkpoint, sha256sum_lines
 
 
-def custody_session(kit_dir, hashes_text: str, change=None):
+def custody_session(kit_dir, hashes_text: Callable[[Path], str], change=None):
     """An approved custody session over a plain checkpoint with a publisher hash file; -> (result, receipt, file)."""
     root = plain_checkpoint(kit_dir.path / "ckpt")
     hashes = kit_dir.path / "publisher-sha256.txt"

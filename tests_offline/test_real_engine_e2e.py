@@ -41,6 +41,7 @@ def use_the_window(connection: dict, tmp_path: Path, seen: dict) -> None:
     whole = client.chat.completions.create(model=connection["model"], max_tokens=5,
                                            messages=[{"role": "user", "content": "Say hello."}],
                                            extra_body={"ignore_eos": True})
+    assert whole.usage is not None
     seen["whole_tokens"] = whole.usage.completion_tokens
     stream = client.chat.completions.create(model=connection["model"], max_tokens=4, stream=True,
                                             messages=[{"role": "user", "content": "Count."}],

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from plugin.kvcache import kv_cache_estimate
+from plugin.kvcache import KvEstimate, kv_cache_estimate
 from tests_offline.image_runs import run_ok
 from tests_offline.real_engine import tiny_models
 
@@ -47,7 +47,7 @@ CASES = [
 ]
 
 
-def _kit(case) -> object:
+def _kit(case) -> KvEstimate:
     name, ctx, chunk, dtype, async_on = case
     return kv_cache_estimate(_config(name), ctx, dtype, chunk, async_scheduling=async_on)
 

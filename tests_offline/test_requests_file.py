@@ -154,7 +154,7 @@ def kit_without_engine(kit_project):
     return kit_project
 
 
-def blocked_tests(project, run: str) -> dict:
+def blocked_tests(project, run: str) -> tuple[dict, dict]:
     receipt = json.loads((project.path / run / "receipt.json").read_text())
     return {n.rsplit("::", 1)[1]: t for n, t in receipt["tests"].items() if t["outcome"] == "blocked"}, receipt
 

@@ -10,8 +10,7 @@ import struct
 import numpy as np
 import pytest
 import safetensors.numpy
-from safetensors import safe_open
-from safetensors._safetensors_rust import TensorSpec, serialize
+from safetensors import TensorSpec, safe_open, serialize
 
 from plugin.safetensors_header import DTYPE_BITS, MAX_HEADER_BYTES, HeaderError, parse_header, read_header
 from tests_offline.synth import header_prefix, write_raw_shard, write_shard

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from docker.models.containers import Container
 
 from plugin.bootlog import Failure, classify_failure, explain_failure, parse_boot_log
 from plugin.uds_http import uds_request, uds_stream
@@ -41,7 +42,7 @@ class Stub:
     def __init__(self, client, image, socket_dir: Path):
         self.client, self.image, self.socket_dir = client, image, socket_dir
         self.socket_path = str(socket_dir / "engine.sock")
-        self.container = None
+        self.container: Container | None = None  # set by start
 
     def start(self, command, env=None, entrypoint=None, mem_limit=None):
         self.container = self.client.containers.create(
@@ -53,12 +54,15 @@ class Stub:
         return self
 
     def wait(self, timeout=20) -> int:
+        assert self.container is not None
         return self.container.wait(timeout=timeout)["StatusCode"]
 
     def logs(self) -> str:
+        assert self.container is not None
         return self.container.logs(stdout=True, stderr=True).decode()
 
     def state(self) -> dict:
+        assert self.container is not None
         self.container.reload()
         return self.container.attrs["State"]
 

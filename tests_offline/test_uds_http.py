@@ -73,6 +73,7 @@ class Handler(BaseHTTPRequestHandler):
 
 class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
+    bodies: list[bytes]  # every POST body received, in order
 
 
 def serve_at(path: str) -> Server:
