@@ -48,6 +48,7 @@ from pathlib import Path
 
 import pytest
 
+from plugin.launch import LABEL_ROLE
 from plugin.receipt import read_receipt
 from tests_offline.e2e.harness import add_batch, finish, make_project, receipt_of, session, wait_for
 
@@ -260,16 +261,19 @@ MAX_TOKENS = 1900
 
 def _inject_mid_batch(docker_client, proc, folder: Path, script: str, after: int, earlier: str | None) -> str | None:
     """Once this session's engine has given `after` more answers, run `script` in its container (docker exec);
-    None if the session ended first. `earlier`: the container ID an earlier session left in the receipt."""
-    cid = wait_for(lambda: proc.poll() is not None or (_container_id(folder) not in (None, earlier)
-                                                       and _container_id(folder)), SESSION_TIMEOUT_S,
-                   "the engine container", step_s=0.25)
+    None if the session ended first. `earlier`: the container ID an earlier session left in the receipt.
+
+    The answers are counted from the session's start (it boots for many seconds before its first), and the
+    container is the running engine container of the kit Docker reports, not the receipt's word for it: a
+    receipt read mid-session can lag, and every answer it lags by is an answer the fault comes too late for."""
     answered = len(_lines(folder / "responses.jsonl"))
     wait_for(lambda: len(_lines(folder / "responses.jsonl")) >= answered + after or proc.poll() is not None,
              SESSION_TIMEOUT_S, f"{after} more answer(s)", step_s=0.25)
     if proc.poll() is not None:
         return None
-    code, output = docker_client.containers.get(cid).exec_run(["python3", "-c", script])
+    (engine,) = [c for c in docker_client.containers.list(filters={"label": f"{LABEL_ROLE}=engine"})
+                 if c.id != earlier]
+    code, output = engine.exec_run(["python3", "-c", script])
     assert code in (0, 137), output
     return output.decode() if code == 0 else f"exit {code}"
 
