@@ -42,8 +42,8 @@ import docker  # noqa: E402
 import psutil  # noqa: E402
 
 from benchmarks.bench_clients import CLIENTS  # noqa: E402
-from plugin.transport_log import percentile  # noqa: E402
-from tests_offline.stub_serving import SOCKET_IN_CONTAINER, stub_serving  # noqa: E402
+from onegpu.serve.transport_log import percentile  # noqa: E402
+from devkit.stub_serving import SOCKET_IN_CONTAINER, stub_serving  # noqa: E402
 
 KEY = "bench-" + "k" * 37
 ENGINE_UNPACED: dict[str, float] = {}  # the stub answers at once and streams its 16 tokens back to back
@@ -150,7 +150,7 @@ def interleaved(kind: str, paths: dict, payload: bytes, stream: bool, total: int
 
 def run_adapter(socket_path: str, log_dir: str, conn) -> None:
     """Child process: the adapter, until the parent says stop."""
-    from plugin.adapter_thread import AdapterThread
+    from onegpu.serve.thread import AdapterThread
 
     adapter = AdapterThread(socket_path, KEY, Path(log_dir) / "transport.jsonl")
     conn.send(adapter.port)

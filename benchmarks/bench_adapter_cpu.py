@@ -26,14 +26,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import docker  # noqa: E402
 
 from benchmarks import bench_adapter as bench  # noqa: E402
-from tests_offline.stub_serving import stub_serving  # noqa: E402
+from devkit.stub_serving import stub_serving  # noqa: E402
 
 WARMUP = 100
 
 
 def adapter_process(socket_path: str, conn) -> None:
     """Child: the adapter; answers each message with its process CPU seconds so far, until "stop"."""
-    from plugin.adapter_thread import AdapterThread
+    from onegpu.serve.thread import AdapterThread
 
     adapter = AdapterThread(socket_path, bench.KEY, Path(tempfile.mkdtemp()) / "transport.jsonl")
     conn.send(adapter.port)

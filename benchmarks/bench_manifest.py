@@ -44,8 +44,8 @@ def child(folder: str, workers: int, drop: bool) -> None:
     package = types.ModuleType("plugin")
     package.__path__ = [str(REPO / "plugin")]
     sys.modules["plugin"] = package
-    from plugin.hf_cache_auth import detect_layout
-    from plugin.manifest import buffer_bytes_for, hash_files, walk_checkpoint
+    from onegpu.checkpoint.hf_cache_auth import detect_layout
+    from onegpu.custody.manifest import buffer_bytes_for, hash_files, walk_checkpoint
 
     files = walk_checkpoint(detect_layout(Path(folder)))
     rss_before = peak_rss_kib()
@@ -110,8 +110,8 @@ def engine_child(folder: str, workers: int, force_drop: bool) -> None:
     package = types.ModuleType("plugin")
     package.__path__ = [str(REPO / "plugin")]
     sys.modules["plugin"] = package
-    from plugin.hf_cache_auth import detect_layout
-    from plugin.manifest import CachePlan, hash_files, plan_page_cache, walk_checkpoint
+    from onegpu.checkpoint.hf_cache_auth import detect_layout
+    from onegpu.custody.manifest import CachePlan, hash_files, plan_page_cache, walk_checkpoint
 
     root = Path(folder)
     files = walk_checkpoint(detect_layout(root))

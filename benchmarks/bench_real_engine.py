@@ -1,16 +1,16 @@
 """The real engine in one run: the latency the serve adapter adds to it, its boot, its memory, its canary.
 
-The engine is vLLM's CPU build in the locally built image (tests_offline/real_engine/build.py) serving the tiny
-random-weight Qwen3-MoE (tests_offline/real_engine/tiny_models.py). It is launched as the kit launches it: the
-kit's own launch plan (plugin/launch.py: --max-num-seqs 1, chunked prefill, --enforce-eager, a RAM cap without
-swap, network none, a non-root user) with the CPU-engine seam of the e2e tests (tests_offline/e2e/
+The engine is vLLM's CPU build in the locally built image (devkit/real_engine/build.py) serving the tiny
+random-weight Qwen3-MoE (devkit/real_engine/tiny_models.py). It is launched as the kit launches it: the
+kit's own launch plan (plugin/onegpu/engine/launch.py: --max-num-seqs 1, chunked prefill, --enforce-eager, a RAM cap without
+swap, network none, a non-root user) with the CPU-engine seam of the e2e tests (devkit/e2e/
 conftest_cpu_engine.py: no GPU device request, VLLM_CPU_KVCACHE_SPACE), and started, watched and removed by the
-kit's own Engine (plugin/engine.py). In order:
+kit's own Engine (plugin/onegpu/engine/container.py). In order:
 
   * anchors, before the engine starts: `python -c pass` on the host, and throwaway containers of the same image
     running `python3 -c pass` and `python3 -c "import vllm"` (start to exit, the boot's clock);
   * boot: container start to GET /health 200 on the engine's Unix socket (the kit's own figure);
-  * the canary: the kit's shipped canary request (plugin/canary.py, the model id filled in) sent as the kit
+  * the canary: the kit's shipped canary request (plugin/onegpu/requests/canary.py, the model id filled in) sent as the kit
     sends it (its body's bytes, one connection per request, on the socket): the first call, then the rest;
   * added latency: bench_adapter.py's alternating direct/adapter blocks and lean clients, on completions of a
     few tokens (greedy, ignore_eos: every call generates exactly --max-tokens), whole answer and first stream
@@ -53,9 +53,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_adapter import (added_ms, adapter_process, command_line, interleaved,  # noqa: E402
                                       machine_cpu_ticks, machine_line, markdown as latency_table, stats)
-from plugin.canary import canary_file  # noqa: E402
-from plugin.container_cgroup import CGROUP_ROOT, CgroupDir, find_container_cgroup, memory_bytes  # noqa: E402
-from plugin.requests_file import body_bytes  # noqa: E402
+from onegpu.requests.canary import canary_file  # noqa: E402
+from onegpu.engine.cgroup import CGROUP_ROOT, CgroupDir, find_container_cgroup, memory_bytes  # noqa: E402
+from onegpu.requests.requests_file import body_bytes  # noqa: E402
 
 MODEL = "qwen3-moe"
 MODEL_ID = "tiny/qwen3-moe"
@@ -63,7 +63,7 @@ RUN_ID = "bench-real-engine"
 CLIENT_COUNTS = (1, 4)
 KV_CACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE, as the e2e sessions run it
 SHM_GIB = 1.0  # the engine's queues need 160 MiB of /dev/shm; Docker's default 64 MiB stops it
-# The kit's settings for this engine (tests_offline/e2e/harness.py CPU_SETTINGS) and the rest of a settings file.
+# The kit's settings for this engine (devkit/e2e/harness.py CPU_SETTINGS) and the rest of a settings file.
 SETTINGS = {"context_tokens": 2048, "prefill_chunk_tokens": 2048, "container_ram_gib": 8, "boot_deadline_s": 600,
             "cpu_offload_gib": 0, "host_headroom_gib": 1, "deadline_s": 900, "shm_gib": SHM_GIB, "pids_limit": 512}
 MEMORY_INTERVAL_S = 0.2
@@ -287,9 +287,9 @@ def host_python_s(runs: int = 5) -> float:
 
 def kit_launch_spec(image_id: str, model_dir: Path, socket_dir: str):
     """The kit's launch plan for the tiny model, with the CPU-engine seam of the e2e sessions."""
-    from plugin.launch import build_launch_spec
-    from plugin.leftovers import current_owner
-    from plugin.settings import OWN_SCHEMA, parse_settings
+    from onegpu.engine.launch import build_launch_spec
+    from onegpu.engine.leftovers import current_owner
+    from onegpu.plan.settings import OWN_SCHEMA, parse_settings
 
     settings = parse_settings({"schema": OWN_SCHEMA, "model_id": MODEL_ID, "model_revision": "0" * 40,
                                "model_path": str(model_dir), "image": image_id, "gpu": 0, **SETTINGS},
@@ -314,7 +314,7 @@ def progress_printer() -> Callable[[str, bool], None]:
 # -- the calls -------------------------------------------------------------------------------------------------
 def canary_times(socket_path: str, model_id: str, calls: int) -> list[dict]:
     """The canary request sent `calls` times as the kit sends it; each call's seconds and completion tokens."""
-    from plugin.uds_http import uds_request
+    from onegpu.engine.uds_http import uds_request
 
     url, body = canary_call(model_id)
     out = []
@@ -452,10 +452,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import docker
 
-    from plugin.engine import Engine
-    from plugin.interrupts import GUARD
-    from tests_offline.real_engine.build import ensure_real_engine_image, real_engine_tag
-    from tests_offline.real_engine.tiny_models import build
+    from onegpu.engine.container import Engine
+    from onegpu.session.interrupts import GUARD
+    from devkit.real_engine.build import ensure_real_engine_image, real_engine_tag
+    from devkit.real_engine.tiny_models import build
 
     GUARD.install()  # SIGTERM ends the run like Ctrl-C: every container is removed on the way out
     # ...in this process only. The client pools fork it and are ended by SIGTERM: a worker that raised there

@@ -16,7 +16,7 @@ session CPU / (scan CPU + `import pytest` CPU); its median is quoted. The sessio
 (below) that adds up the CPU spent writing evidence: receipt journal lines and whole writes, pytest-html's
 per-test handling and report, the public summary.
 
-Startup is measured apart: `python -c "import plugin, plugin.fixtures_* ..."` (the kit's imports, what every
+Startup is measured apart: `python -c "import onegpu.plugin, onegpu.fixtures.* ..."` (the kit's imports, what every
 session pays before its first test) against `python -c "import pytest"`, alternating.
 
     python benchmarks/bench_scan_session.py [--rounds 7] [--results FILE]
@@ -39,9 +39,9 @@ from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(tempfile.gettempdir())
-KIT_MODULES = ("plugin", "plugin.blocked_report", "plugin.fixtures_machine", "plugin.fixtures_plan",
-               "plugin.fixtures_custody", "plugin.fixtures_engine", "plugin.fixtures_requests",
-               "plugin.fixtures_serve", "plugin.fixtures_insight")
+KIT_MODULES = ("onegpu.plugin", "onegpu.session.blocked_report", "onegpu.fixtures.machine", "onegpu.fixtures.plan",
+               "onegpu.fixtures.custody", "onegpu.fixtures.engine", "onegpu.fixtures.requests",
+               "onegpu.fixtures.serve", "onegpu.fixtures.insight")
 
 # Loaded into the timed session with -p: it wraps the evidence writers and adds up the process CPU spent in them
 # (time.process_time: every thread, user and system). Nested calls are counted once.
@@ -65,7 +65,7 @@ def _timed(kind, fn):
     return wrapper
 
 def pytest_configure(config):
-    import plugin, plugin.receipt as receipt, plugin.report_html as report_html
+    import onegpu.plugin as plugin, onegpu.evidence.receipt as receipt, onegpu.report.page as report_html
     from pytest_html import basereport
     receipt.Receipt._log = _timed("receipt", receipt.Receipt._log)
     receipt.Receipt.save = _timed("receipt", receipt.Receipt.save)
@@ -85,7 +85,7 @@ SCAN_ALONE = '''
 import sys, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])
-from plugin.checkpoint import read_checkpoint
+from onegpu.checkpoint.scan import read_checkpoint
 start = time.process_time()
 facts = read_checkpoint(Path(sys.argv[1]))
 print(time.process_time() - start)

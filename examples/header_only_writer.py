@@ -16,7 +16,7 @@ import os
 import struct
 from pathlib import Path
 
-from plugin.safetensors_header import DTYPE_BITS  # the kit's own table: one list of dtypes and bit sizes
+from onegpu.checkpoint.safetensors_header import DTYPE_BITS  # the kit's own table: one list of dtypes and bit sizes
 
 INDEX_NAME = "model.safetensors.index.json"
 

@@ -15,7 +15,7 @@ Where the layout comes from (public sources, read in 2026):
   examples/configs/README.md cites each field's source and names what is assumed. Their model_type is
   "mimo_v2_flash" (transformers' own MiMoV2FlashConfig) where the releases say "mimo_v2" with remote code, and
   they spell out layer_types, rope_parameters, rms_norm_eps and torch_dtype, so the real vLLM image parses them
-  without remote code into the layout the kit plans with (tests_offline/test_real_engine_configs.py).
+  without remote code into the layout the kit plans with (tests_offline/sessions/test_real_engine_configs.py).
 * Tensor names and the fused, KV-head-sharded FP8 qkv_proj with its per-shard 128x128 scale grid:
   vllm-project/vllm vllm/model_executor/models/mimo_v2.py (MiMoV2Model.load_weights, _shard_fp8_qkv_proj)
   and mimo_v2_mtp.py (the model.mtp.layers.N.* names: enorm, hnorm, eh_proj, input_layernorm, self_attn,

@@ -1,7 +1,7 @@
 """Phase 1, the machine: what this host (or a replayed profile) offers the experiment. Read-only."""
 import pytest
 
-from plugin import machine_checks as m
+from onegpu.machine import checks as m
 
 pytestmark = [pytest.mark.scan, pytest.mark.phase("machine")]
 

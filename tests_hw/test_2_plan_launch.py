@@ -1,7 +1,7 @@
 """Phase 2, the plan: the exact engine launch a person approves, and any kit containers left behind. Read-only."""
 import pytest
 
-from plugin import launch, leftovers
+from onegpu.engine import launch, leftovers
 
 pytestmark = [pytest.mark.scan, pytest.mark.phase("plan")]
 

@@ -1,8 +1,8 @@
 """Phase 3, the runtime probe: before hours of hashing, seconds to learn whether the image can run the plan."""
 import pytest
 
-from plugin import leftovers
-from plugin.probe_parse import describe
+from onegpu.engine import leftovers
+from onegpu.engine.probe_parse import describe
 
 pytestmark = [pytest.mark.approve_load, pytest.mark.phase("probe")]
 

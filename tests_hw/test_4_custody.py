@@ -1,7 +1,7 @@
 """Phase 4, custody: the full SHA-256 manifest of the checkpoint, what ties it to its revision, re-checked at launch."""
 import pytest
 
-from plugin import custody as c
+from onegpu.custody import flow as c
 
 pytestmark = [pytest.mark.approve_load, pytest.mark.phase("custody")]
 

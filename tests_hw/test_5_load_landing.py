@@ -2,8 +2,8 @@
 and the KV-cache dtype against the vLLM version the runtime probe read."""
 import pytest
 
-from plugin.consistency import check_lines
-from plugin.fixtures_insight import landing_lines_of
+from onegpu.checkpoint.consistency import check_lines
+from onegpu.fixtures.insight import landing_lines_of
 
 pytestmark = [pytest.mark.approve_load, pytest.mark.phase("load")]
 

@@ -1,7 +1,7 @@
 """Phase 8, serve: the native-harness window behind the loopback adapter (KIT.md 7)."""
 import pytest
 
-from plugin import serve_window as s
+from onegpu.serve import window as s
 
 pytestmark = [pytest.mark.approve_load, pytest.mark.serve, pytest.mark.phase("serve")]
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from plugin.adapter import AdapterLimits
+from onegpu.serve.adapter import AdapterLimits
 
 LIMITS = AdapterLimits(header_timeout_s=0.5, idle_timeout_s=5, body_timeout_s=1, upstream_timeout_s=5)
 

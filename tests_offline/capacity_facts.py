@@ -3,11 +3,11 @@ and a host, as the capacity, plan, proposal and landing tests build them."""
 from dataclasses import fields
 from types import SimpleNamespace
 
-from plugin.checkpoint_model import CheckpointFacts, QuantFacts, TensorInfo, TensorTable
-from plugin.hardware_model import CgroupFacts, GpuDevice, HostFacts
-from plugin.settings import parse_settings
-from plugin.tensor_roles import layer_index, tensor_role
-from tests_offline.synth import nbytes
+from onegpu.checkpoint.model import CheckpointFacts, QuantFacts, TensorInfo, TensorTable
+from onegpu.machine.model import CgroupFacts, GpuDevice, HostFacts
+from onegpu.plan.settings import parse_settings
+from onegpu.checkpoint.tensor_roles import layer_index, tensor_role
+from devkit.synth import nbytes
 
 GIB = 2**30
 

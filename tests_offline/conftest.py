@@ -50,7 +50,7 @@ def kit_project(pytester):
 @pytest.fixture(scope="session")
 def stub_tag(docker_client) -> str:
     """The stub engine image, built (or found) by content hash: its tag."""
-    from tests_offline.stub_engine.build import ensure_stub_image, stub_tag
+    from devkit.stub_engine.build import ensure_stub_image, stub_tag
 
     ensure_stub_image(docker_client)
     return stub_tag()
@@ -60,7 +60,7 @@ def stub_tag(docker_client) -> str:
 def real_engine_image(docker_client) -> str:
     """The real-engine image (vLLM's CPU build), built when its content-hash tag is missing: its ID. A failed
     build fails the test that needs it (never a skip: CI must run these)."""
-    from tests_offline.real_engine.build import ensure_real_engine_image
+    from devkit.real_engine.build import ensure_real_engine_image
 
     try:
         return ensure_real_engine_image(docker_client)
@@ -71,7 +71,7 @@ def real_engine_image(docker_client) -> str:
 @pytest.fixture(scope="session")
 def stub_image(docker_client) -> str:
     """The stub engine image's ID (built locally from this machine's Python; never pulled)."""
-    from tests_offline.stub_engine.build import ensure_stub_image
+    from devkit.stub_engine.build import ensure_stub_image
 
     return ensure_stub_image(docker_client)
 
@@ -87,7 +87,7 @@ def engine():
 
 @pytest.fixture
 def adapter(engine, tmp_path):
-    from plugin.adapter_thread import AdapterThread
+    from onegpu.serve.thread import AdapterThread
     from tests_offline.adapter_helpers import LIMITS
     from tests_offline.fake_engine import KEY
 
@@ -116,7 +116,7 @@ def engine_images(docker_client):
 @pytest.fixture(scope="session")
 def real_runs(docker_client, tmp_path_factory) -> RealRuns:
     from tests_offline.report_sessions import RealRuns
-    from tests_offline.stub_engine.build import ensure_stub_image
+    from devkit.stub_engine.build import ensure_stub_image
 
     ensure_stub_image(docker_client)
     return RealRuns(tmp_path_factory.getbasetemp())
@@ -144,7 +144,7 @@ def disk_folder(tmp_path):
 
     On tmpfs the pages are the storage itself and POSIX_FADV_DONTNEED cannot drop them; the repository
     always lives on a disk, so CI (where /tmp may be tmpfs) always runs the test."""
-    from tests_offline.page_cache import _fs_type
+    from devkit.page_cache import _fs_type
 
     if _fs_type(tmp_path) != "tmpfs":
         yield tmp_path

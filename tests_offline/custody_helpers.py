@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from plugin.units import MIB
+from onegpu.core.units import MIB
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 
@@ -46,8 +46,8 @@ class _Planned:
 @pytest.fixture(scope="session")
 def checkpoint(settings):
     # Stands in for the checkpoint reader's file list (the plan phase).
-    from plugin.hf_cache_auth import detect_layout
-    from plugin.manifest import walk_checkpoint
+    from onegpu.checkpoint.hf_cache_auth import detect_layout
+    from onegpu.custody.manifest import walk_checkpoint
     return _Planned([f.path for f in walk_checkpoint(detect_layout(Path(settings.model_path)))])
 """
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from plugin.sampler import Sampler
+from onegpu.engine.sampler import Sampler
 
 
 class FakeNvml:
@@ -47,9 +47,9 @@ the sample at READY through a stand-in NVML whose card has FREE_BYTES free; reco
 import pytest
 from types import SimpleNamespace
 
-from plugin.bootlog import BootFacts
-from plugin.fixtures_insight import record_landing
-from plugin.sampler import Sampler
+from onegpu.engine.bootlog import BootFacts
+from onegpu.fixtures.insight import record_landing
+from onegpu.engine.sampler import Sampler
 from tests_offline.nvml_double import FakeNvml
 
 TOTAL, FREE = {total}, {free}

@@ -5,3 +5,4 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PROFILES = REPO_ROOT / "profiles"
+DATA = Path(__file__).resolve().parent / "data"  # recorded logs, runs, NVML answers and the earlier kit's files

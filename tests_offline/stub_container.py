@@ -9,9 +9,9 @@ import tempfile
 import time
 from contextlib import contextmanager
 
-from plugin.uds_http import uds_request
-from tests_offline.request_corpus import CONTEXT, MODEL
-from tests_offline.stub_engine.build import ensure_stub_image
+from onegpu.engine.uds_http import uds_request
+from devkit.request_corpus import CONTEXT, MODEL
+from devkit.stub_engine.build import ensure_stub_image
 
 SOCKET_IN_CONTAINER = "/run/onegpu/engine.sock"
 BOOT_TIMEOUT_S = 30

@@ -1,5 +1,5 @@
 """Record the run folders the calibration and landing tests read: real `pytest -m approve_load` sessions against
-the stub engine image (the same throwaway project tests_offline/test_approve_e2e.py builds), then pruned to
+the stub engine image (the same throwaway project tests_offline/sessions/test_approve_e2e.py builds), then pruned to
 what the tests use and stripped of this machine's paths.
 
     python -m tests_offline.data.runs.record_runs        # from the repository root; needs the Docker daemon
@@ -60,8 +60,8 @@ def prune(src: Path, dst: Path, project: Path) -> None:
 def main() -> None:
     import docker
 
-    from tests_offline.stub_engine.build import ensure_stub_image, stub_tag
-    from tests_offline.e2e.harness import finish, make_project, session
+    from devkit.stub_engine.build import ensure_stub_image, stub_tag
+    from devkit.e2e.harness import finish, make_project, session
 
     client = docker.from_env()
     ensure_stub_image(client)

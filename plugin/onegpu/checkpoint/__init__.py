@@ -1,0 +1,1 @@
+"""The checkpoint: config.json, the index and the safetensors headers read into facts (no weights read)."""

@@ -1,0 +1,1 @@
+"""Phase 4, custody: what was hashed, against which revision and which publisher's values."""

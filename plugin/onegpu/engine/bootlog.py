@@ -1,0 +1,259 @@
+"""Pure reading of a vLLM engine's boot log: the numbers it states, and why a failed boot failed.
+
+Driven by logs recorded from the real engine (tests_offline/data/engine_logs/, vLLM 0.32.0's CPU build)
+and, for what only a GPU prints, by vLLM 0.32.0's own format strings (file and line in that folder's
+README). Read are: the KV line of any device ("GPU KV cache size", "CPU KV cache size", "GPU + host KV
+cache size": N tokens, with "Maximum concurrency for N tokens per request: Xx" on the same line or the
+next), the KV memory ("Available KV cache memory: X GiB" on a GPU, "Explicitly set (X/Y) GiB for KV
+cache" / "Auto set (X/Y) GiB ..." on a CPU), "Model loading took X GiB [memory] and Y seconds" (GPU) and
+"Loading weights took Y seconds" (every device), the version (banner, "vLLM server version X, serving
+model Y", older "vLLM API server version X", the engine's "(vX)"); numbers with or without thousands
+separators, lines with or without a `(EngineCore pid=N)` / `(Worker pid=N)` prefix, ANSI colours stripped.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from onegpu.core.shown import cut
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+STARTED = re.compile(r"Application startup complete\.?")
+NUM = r"-?\d[\d,]*(?:\.\d+)?"
+QUOTE_LIMIT = 500  # characters of the engine's own line kept in a failure's quote
+
+# The pool's device as vLLM names it: "GPU" for CUDA, else the device type upper-cased ("CPU", "XPU");
+# " + host" when a host-memory tier (hisparse) adds to it (v1/core/kv_cache_utils.py).
+_KV_TOKENS = re.compile(rf"\b([A-Z]{{2,}}(?: \+ host)?) KV cache size:\s*({NUM})\s*tokens")
+_KV_GIB = re.compile(rf"Available KV cache memory:\s*({NUM})\s*GiB")
+_KV_GIB_CPU = re.compile(rf"(?:Explicitly|Auto) set \(({NUM})/{NUM}\) GiB for KV cache")
+_CONCURRENCY = re.compile(rf"Maximum concurrency for\s*({NUM})\s*tokens per request:\s*({NUM})\s*x")
+# "GB" in older vLLM was already bytes / 2**30, so both units are read as GiB.
+_LOAD = re.compile(rf"Model loading took\s*({NUM})\s*(?:GiB|GB)(?:\s+memory)?\s+and\s+({NUM})\s*s")
+_LOAD_OLD = re.compile(rf"Loading model weights took\s*({NUM})\s*(?:GiB|GB)")
+_WEIGHTS = re.compile(rf"Loading weights took\s*({NUM})\s*s")
+_OFFLOAD = re.compile(rf"Total CPU offloaded parameters:\s*({NUM})")
+_VERSIONS = [re.compile(r"vLLM (?:API )?server version\s+([^\s,]+)"),
+             re.compile(r"Initializing an? (?:V\d )?LLM engine \(v([^)\s]+)\)"),
+             re.compile(r"█.*\bversion\s+(\S+)")]
+
+# Failure signatures, most specific first; each is the engine's (or transformers') own error text, from
+# the recorded real logs, vLLM 0.32.0's source, or public bug reports (tests_offline/engine/test_bootlog.py).
+FAILURE_PATTERNS: list[tuple[str, re.Pattern]] = [
+    ("LOAD_OOM", re.compile(r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|CUDA error: out of memory|"
+                            r"Failed to load model - not enough GPU memory")),
+    ("NO_KV_MEMORY", re.compile(r"No available memory for the cache blocks|KV cache is needed, which is larger "
+                                r"than the available KV cache memory|insufficient\b.*\bKV cache|"
+                                r"on kv cache allocation is less than requested memory for kv", re.I)),
+    ("GPU_BUSY", re.compile(r"Free memory on device \S+ \([^)]*\) on startup is less than (?:desired GPU memory "
+                            r"utilization|the engine's budget after excluding external process's weights)|"
+                            r"Externally held weights on device \S+ \([^)]*\) exceed the desired GPU memory")),
+    ("UNSUPPORTED_QUANT", re.compile(r"Unknown quantization method|The quantization method \S+ is not supported "
+                                     r"for the current GPU|Unsupported quantization|No MXFP4 MoE backend supports "
+                                     r"the deployment configuration")),
+    ("UNSUPPORTED_ARCH", re.compile(r"Model architectures \[[^\]]*\] are not supported for now|does not recognize "
+                                    r"this architecture|Model architecture \S+ (?:was supported in vLLM until|is "
+                                    r"not supported in-tree anymore)")),
+    ("CHECKPOINT_INCOMPLETE", re.compile(r"Weight files referenced in index but missing|Following weights were "
+                                         r"not initialized from checkpoint")),
+    ("CONTEXT_TOO_LONG", re.compile(r"User-specified max_model_len \(\d+\) is greater than the derived "
+                                    r"max_model_len")),
+    ("SHM_TOO_SMALL", re.compile(r"Insufficient space in /dev/shm")),
+    ("RUNTIME_INCOMPATIBLE", re.compile(r"\berror: unrecognized arguments:")),
+    ("TRUST_REMOTE_CODE_REQUIRED", re.compile(
+        r"requires you to execute the configuration file|contains custom code which must be executed|"
+        r"consider setting `trust_remote_code=True`|Please pass the argument `trust_remote_code=True`")),
+    ("RUNTIME_NEEDS_NETWORK", re.compile(
+        r"Network is unreachable|We couldn't connect to 'https://huggingface\.co'|Temporary failure in name "
+        r"resolution|Name or service not known|Failed to establish a new connection|outgoing traffic has been "
+        r"disabled")),
+]
+
+# What a log line says before its message: "(EngineCore pid=27) ERROR 12-03 10:14:21 [core.py:1510] ".
+_HEADER = re.compile(r"^(?:\([\w.:-]+ pid=\d+\)\s*)?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d "
+                     r"\d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\]\s?)?")
+# A process of the engine that ended: the executor's "Worker proc VllmWorker-0 died unexpectedly (exit code:
+# -9)" and the API server's "Failed core proc(s): {'EngineCore': -9}" (v1/engine/utils.py).
+_PROC_DIED = re.compile(r"died unexpectedly \(exit code: [^)]*\)|Failed core proc\(s\): \{[^}]*\}")
+_SIGKILLED = re.compile(r"died unexpectedly \(exit code: -9\)|Failed core proc\(s\): \{[^}]*: -9\b")
+# A process that vanished without a traceback of its own: a worker that "died unexpectedly" with an exit
+# code other than 0 (it reads None when the executor looks before the kernel has reaped it, as recorded in
+# died-after-start.log; 0 is a worker that followed its engine core out), or a core proc that ended by a
+# signal (a negative exit code).
+_KILLED = re.compile(r"died unexpectedly \(exit code: (?!0\))[^)]*\)|Failed core proc\(s\): \{[^}]*: -\d+")
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)\b: \S")
+# Wrappers that only point at a root cause printed elsewhere; quoted when the log holds nothing better.
+_GENERIC = re.compile(r"Engine core initialization failed\. See root cause above|WorkerProc initialization "
+                      r"failed due to an exception in a background process|EngineCore encountered an issue\. See "
+                      r"stack trace|^RuntimeError: cancelled$")
+
+
+@dataclass(frozen=True)
+class BootFacts:
+    """What a boot log states; None where the log does not say (GiB, tokens, seconds)."""
+
+    kv_cache_gib: float | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    concurrency_tokens: int | None = None  # the "N tokens per request" of the concurrency line
+    load_gib: float | None = None
+    load_s: float | None = None
+    cpu_offload_gib: float | None = None
+    server_started: bool = False
+    vllm_version: str | None = None
+    kv_cache_device: str | None = None  # "GPU", "CPU", "GPU + host": whose memory holds the KV pool
+    weights_load_s: float | None = None  # "Loading weights took": reading the checkpoint, part of load_s
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why an engine did not come up: the outcome code, and the engine's own line that says so.
+
+    `quote` is the message of that line (process prefix, level and time stripped, cut to QUOTE_LIMIT
+    characters); None when the log states no reason (a process killed before it could print one).
+    """
+
+    code: str
+    quote: str | None
+
+
+def clean(text: str) -> str:
+    """Log text without ANSI colour codes and carriage-return progress redraws."""
+    return ANSI.sub("", text).replace("\r", "\n")
+
+
+def _number(raw: str) -> float:
+    return float(raw.replace(",", ""))
+
+
+def _last(pattern: re.Pattern, text: str) -> re.Match | None:
+    match = None
+    for match in pattern.finditer(text):
+        pass
+    return match
+
+
+def parse_boot_log(text: str) -> BootFacts:
+    """The boot numbers of a vLLM log (last value wins where a line repeats, e.g. per worker)."""
+    text = clean(text)
+    kv_gib = _last(_KV_GIB, text) or _last(_KV_GIB_CPU, text)
+    kv_tokens = _last(_KV_TOKENS, text)
+    conc, load, offload = _last(_CONCURRENCY, text), _last(_LOAD, text), _last(_OFFLOAD, text)
+    load_old = _last(_LOAD_OLD, text) if load is None else None
+    weights = _last(_WEIGHTS, text)
+    version = None
+    for pattern in _VERSIONS:
+        found = pattern.search(text)
+        if found:
+            version = found.group(1)
+            break
+    return BootFacts(
+        kv_cache_gib=_number(kv_gib.group(1)) if kv_gib else None,
+        kv_cache_tokens=int(_number(kv_tokens.group(2))) if kv_tokens else None,
+        max_concurrency=_number(conc.group(2)) if conc else None,
+        concurrency_tokens=int(_number(conc.group(1))) if conc else None,
+        load_gib=_number(load.group(1)) if load else (_number(load_old.group(1)) if load_old else None),
+        load_s=_number(load.group(2)) if load else None,
+        cpu_offload_gib=_number(offload.group(1)) if offload else None,
+        server_started=bool(STARTED.search(text)),
+        vllm_version=version,
+        kv_cache_device=kv_tokens.group(1) if kv_tokens else None,
+        weights_load_s=_number(weights.group(1)) if weights else None,
+    )
+
+
+def _message(line: str) -> str:
+    """A log line's message: without the process prefix, level, time and source location."""
+    return _HEADER.sub("", line.rstrip(), count=1)
+
+
+def _quote(line: str) -> str:
+    return cut(_message(line).strip(), QUOTE_LIMIT)
+
+
+def _is_code_line(message: str) -> bool:
+    """A traceback's source line (`    raise ValueError("No available memory ...`), not the error itself."""
+    return message.startswith("    ") or message.lstrip().startswith("File \"")
+
+
+def _boot_part(text: str) -> str:
+    started = STARTED.search(text)
+    return text[:started.start()] if started else text
+
+
+def failure_in_log(text: str) -> tuple[str, str] | None:
+    """(code, the engine's line that shows it) for the first failure signature before the server started."""
+    lines = _boot_part(clean(text)).splitlines()
+    for code, pattern in FAILURE_PATTERNS:
+        for line in lines:
+            if pattern.search(line) and not _is_code_line(_message(line)):
+                return code, _quote(line)
+    return None
+
+
+def death_in_log(text: str) -> str | None:
+    """The engine's own words for why it ended, where no failure signature matched.
+
+    The first line that reports a process of the engine ending (a worker that "died unexpectedly", a
+    "Failed core proc(s)" with a signal) or an exception, past wrappers that only point at a root cause
+    printed above them; a wrapper when nothing else is there; else the last ERROR line; else None.
+    """
+    generic = None
+    last_error = None
+    for line in clean(text).splitlines():
+        message = _message(line).strip()
+        if not message:
+            continue
+        if " ERROR " in line[:80] or line.startswith("ERROR"):
+            last_error = line
+        if _SIGKILLED.search(message):
+            return _quote(line)
+        if not (_PROC_DIED.search(message) or _EXCEPTION.search(message)):
+            continue
+        if _GENERIC.search(message) and not _KILLED.search(message):
+            generic = generic or line
+            continue
+        return _quote(line)
+    if generic is not None:
+        return _quote(generic)
+    return _quote(last_error) if last_error is not None else None
+
+
+def _killed_line(text: str) -> str | None:
+    """The first line that shows one of the engine's processes killed, a SIGKILL preferred."""
+    lines = clean(text).splitlines()
+    for pattern in (_SIGKILLED, _KILLED):
+        for line in lines:
+            if pattern.search(line):
+                return _quote(line)
+    return None
+
+
+def explain_failure(log_text: str, exit_code: int | None, oom_killed: bool, oom_kill_count_rose: bool,
+                    timed_out: bool) -> Failure | None:
+    """The outcome of an engine that did not come up (or died), with its quoted reason; None when nothing failed.
+
+    Order: the RAM cap's kill first (Docker's OOMKilled; or the cgroup's oom_kill count up while the
+    container exited 137 or the log shows one of the engine's processes killed), then the error the
+    log shows before the server started, then the boot deadline, then ENGINE_DIED with the engine's own
+    words. exit_code None means the container is still running. Exit code 0 is no clean stop here: the
+    API server exits 0 after its engine core died while serving, so the reason comes from the log.
+    """
+    killed = _killed_line(log_text)
+    if oom_killed or (oom_kill_count_rose and (exit_code == 137 or killed is not None)):
+        return Failure("HOST_OOM_KILLED", killed)
+    if exit_code is None and not timed_out:
+        return None  # still running and within its deadline: nothing has failed (yet)
+    found = failure_in_log(log_text)
+    if found:
+        return Failure(*found)
+    if timed_out:
+        return Failure("LOAD_TIMEOUT", None)
+    return Failure("ENGINE_DIED", death_in_log(log_text))
+
+
+def classify_failure(log_text: str, exit_code: int | None, oom_killed: bool, oom_kill_count_rose: bool,
+                     timed_out: bool) -> str | None:
+    """The outcome code alone (see explain_failure for the code with the engine's quoted reason)."""
+    failure = explain_failure(log_text, exit_code, oom_killed, oom_kill_count_rose, timed_out)
+    return failure.code if failure else None

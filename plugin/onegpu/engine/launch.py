@@ -1,0 +1,415 @@
+"""Pure: settings + the selected GPU + the image ID -> the exact engine container launch (KIT.md 6).
+
+The LaunchSpec is the plan a person approves: the same object yields the docker SDK keyword arguments the
+engine is created with and an equivalent `docker run` line to read, so the two cannot drift apart.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import PurePosixPath
+
+from onegpu.plan.capacity import GPU_UTILIZATION  # one number: what the verdicts assume is what the engine gets
+from onegpu.core.units import GIB, gib
+
+MODEL_MOUNT = "/model"  # a plain checkpoint folder, read-only
+MODEL_REPO_MOUNT = "/model-repo"  # a Hugging Face cache repo folder (models--ORG--NAME), read-only
+SOCKET_MOUNT = "/run/onegpu"  # the private socket folder, read-write
+SOCKET_NAME = "engine.sock"
+ENGINE_HOME = "/home/engine"
+# The engine runs as the invoking user's uid:gid, which the image's /etc/passwd may not list; getpass (torch
+# inductor's cache folder, among others) then fails unless USER or LOGNAME names someone. The name matches HOME.
+ENGINE_USER = "engine"
+
+# Writable scratch for a non-root engine: caches under HOME and /tmp. tmpfs pages count against the
+# container's memory cap, so they are bounded; `mode=1777` lets any uid write there.
+TMPFS = {
+    ENGINE_HOME: "rw,nosuid,nodev,size=2g,mode=1777",
+    "/tmp": "rw,nosuid,nodev,size=2g,mode=1777",
+}
+
+# Offline use, no usage reporting (KIT.md 6).
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
+# Who the engine is inside the container: its writable HOME, and a user name for a uid without a passwd entry.
+USER_ENV = {"HOME": ENGINE_HOME, "USER": ENGINE_USER, "LOGNAME": ENGINE_USER}
+# settings.offload_pinning "exact": vLLM's offloader skips torch's pinned allocator (which rounds every buffer
+# up to a power of two). vLLM reads it as bool(int(value)) (vllm/envs.py).
+EXACT_PINNING_ENV = {"VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY": "1"}
+
+# `--generation-config vllm`: without it vLLM applies the checkpoint's generation_config.json sampling values
+# (temperature, top_p, top_k, min_p, penalties) and its max_new_tokens to every request that leaves them out.
+# The kit forwards operator and benchmark request bodies byte for byte, so it cannot add those values to each
+# request; with `vllm` the engine's own defaults apply and every value a request sets is what runs.
+GENERATION_CONFIG = "vllm"
+GENERATION_NOTE = ("--generation-config vllm: the engine's own sampling defaults apply to what a request leaves "
+                   "out, not the checkpoint's generation_config.json values or its max_new_tokens cap (its stop "
+                   "tokens still apply); request bodies are forwarded byte for byte, so every value a request "
+                   "sets is what runs")
+
+KIT_LABEL = "onegpu.kit"
+LABEL_RUN_ID = "onegpu.run_id"
+LABEL_OWNER_PID = "onegpu.owner_pid"
+LABEL_OWNER_START = "onegpu.owner_start"  # the owner's start time (clock ticks since boot): guards PID reuse
+LABEL_OWNER_HOST = "onegpu.owner_host"  # the kernel boot id: a PID means nothing across reboots
+LABEL_OWNER_PIDNS = "onegpu.owner_pidns"  # a PID means nothing in another PID namespace
+LABEL_ROLE = "onegpu.role"  # engine or probe
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The process that owns a container, as precisely as a later session needs to tell if it is alive."""
+
+    pid: int
+    start_ticks: int | None  # /proc/<pid>/stat field 22
+    boot_id: str | None
+    pidns: str | None  # e.g. "pid:[4026531836]"
+    uid: int
+    gid: int
+
+
+@dataclass(frozen=True)
+class BindMount:
+    source: str  # host path
+    target: str  # container path
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything the engine container is created with; `create_kwargs()` feeds the docker SDK."""
+
+    image_id: str
+    name: str
+    entrypoint: list[str]
+    command: list[str]
+    environment: dict[str, str]
+    labels: dict[str, str]
+    mounts: list[BindMount]
+    socket_dir: str  # host path of the private folder bind-mounted at SOCKET_MOUNT
+    socket_path: str  # host path of the engine's Unix socket
+    gpu_uuid: str | None  # None only for tests that run without a GPU
+    mem_limit_bytes: int
+    memswap_limit_bytes: int  # equal to mem_limit_bytes: no swap
+    pids_limit: int
+    shm_size_bytes: int
+    nano_cpus: int | None
+    user: str  # "uid:gid" of the invoking user
+    tmpfs: dict[str, str]
+    security_opt: list[str]
+    cap_drop: list[str]
+    network_mode: str = "none"
+    init: bool = True  # docker-init as PID 1 forwards the stop signal and reaps the engine's workers
+    model_arg: str = MODEL_MOUNT
+    notes: list[str] = field(default_factory=list)
+    # The tower sections of the checkpoint's config.json (onegpu.checkpoint.towers); non-empty -> `--language-model-only`.
+    towers: list[str] = field(default_factory=list)
+    # What the engine computes on: "cuda", the product path (one NVIDIA GPU). "cpu" is vLLM's CPU build, the
+    # real-engine double of the kit's own tests; the probe then demands vLLM's CPU platform and no CUDA device.
+    engine_platform: str = "cuda"
+
+    def flags_used(self) -> list[str]:
+        """The vllm serve flags the command uses, in order (what the runtime probe checks)."""
+        return [arg for arg in self.command if arg.startswith("--")]
+
+    def device_requests(self) -> list[dict]:
+        """The one GPU by UUID, as the docker SDK's DeviceRequest takes it (the SDK makes one of each mapping);
+        empty without a GPU."""
+        if self.gpu_uuid is None:
+            return []
+        return [{"driver": "nvidia", "device_ids": [self.gpu_uuid], "capabilities": [["gpu"]]}]
+
+    def create_kwargs(self) -> dict:
+        """Keyword arguments for `client.containers.create` (never `containers.run`: it pulls on a miss). Plain
+        data: mounts in the Engine API's own form (the SDK passes them on as they are), GPUs as above."""
+        kwargs = {
+            "image": self.image_id,
+            "name": self.name,
+            "entrypoint": list(self.entrypoint),
+            "command": list(self.command),
+            "environment": dict(self.environment),
+            "labels": dict(self.labels),
+            "mounts": [{"Target": m.target, "Source": m.source, "Type": "bind", "ReadOnly": m.read_only}
+                       for m in self.mounts],
+            "network_mode": self.network_mode,
+            "mem_limit": self.mem_limit_bytes,
+            "memswap_limit": self.memswap_limit_bytes,
+            "pids_limit": self.pids_limit,
+            "shm_size": self.shm_size_bytes,
+            "user": self.user,
+            "tmpfs": dict(self.tmpfs),
+            "security_opt": list(self.security_opt),
+            "cap_drop": list(self.cap_drop),
+            "init": self.init,
+            "device_requests": self.device_requests(),
+        }
+        if self.nano_cpus is not None:
+            kwargs["nano_cpus"] = self.nano_cpus
+        return kwargs
+
+    def docker_run_argv(self) -> list[str]:
+        """The equivalent `docker run` command as argv (for people; the kit itself uses the SDK)."""
+        argv = ["docker", "run", "--pull=never", "--detach", "--name", self.name, "--network", self.network_mode,
+                "--user", self.user]
+        if self.init:
+            argv.append("--init")
+        for m in self.mounts:
+            argv += ["--mount", f"type=bind,source={m.source},target={m.target}" + (",readonly" if m.read_only
+                                                                                   else "")]
+        if self.gpu_uuid is not None:
+            argv += ["--gpus", f"device={self.gpu_uuid}"]
+        argv += ["--memory", f"{self.mem_limit_bytes}b", "--memory-swap", f"{self.memswap_limit_bytes}b",
+                 "--pids-limit", str(self.pids_limit), "--shm-size", f"{self.shm_size_bytes}b"]
+        if self.nano_cpus is not None:
+            argv += ["--cpus", _number(self.nano_cpus / 1e9)]
+        for opt in self.security_opt:
+            argv += ["--security-opt", opt]
+        for cap in self.cap_drop:
+            argv += ["--cap-drop", cap]
+        for path, options in self.tmpfs.items():
+            argv += ["--tmpfs", f"{path}:{options}"]
+        for key, value in self.environment.items():
+            argv += ["--env", f"{key}={value}"]
+        for key, value in self.labels.items():
+            argv += ["--label", f"{key}={value}"]
+        argv += ["--entrypoint", self.entrypoint[0], self.image_id, *self.entrypoint[1:], *self.command]
+        return argv
+
+    def docker_run_line(self) -> str:
+        """The equivalent `docker run --pull=never ...` line, shell-quoted, one string."""
+        return shlex.join(self.docker_run_argv())
+
+    def plan_lines(self) -> list[str]:
+        """The launch plan as rows for the terminal and the report."""
+        rows = [
+            f"image      {self.image_id}" + (" (by ID; never pulled)" if self.image_id.startswith("sha256:")
+                                              else " (a reference: resolved to its ID at approval; never pulled)"),
+            f"gpu        {self.gpu_uuid or 'none (no GPU device request)'}",
+            *(["engine     vLLM's CPU build (the kit's real-engine test double, not the product path: one NVIDIA "
+               "GPU)"] if self.engine_platform == "cpu" else []),
+            f"network    {self.network_mode}",
+            f"user       {self.user} (USER and LOGNAME {self.environment.get('USER', 'not set')}: the uid may "
+            f"have no passwd entry; tmpfs HOME {ENGINE_HOME})",
+            f"env        {' '.join(f'{k}={v}' for k, v in self.environment.items())}",
+            f"memory     RAM cap {gib(self.mem_limit_bytes)} ({self.mem_limit_bytes:,} bytes), memory+swap "
+            f"{gib(self.memswap_limit_bytes)}" + (" (no swap)" if self.memswap_limit_bytes == self.mem_limit_bytes
+                                                  else ""),
+            f"pids       {self.pids_limit}; shm {gib(self.shm_size_bytes)}; cpus "
+            f"{_number(self.nano_cpus / 1e9) if self.nano_cpus else 'no quota'}",
+            f"security   {', '.join(self.security_opt)}; cap-drop {', '.join(self.cap_drop)}",
+        ]
+        rows += [f"mount      {m.source} -> {m.target} ({'read-only' if m.read_only else 'read-write'})"
+                 for m in self.mounts]
+        rows.append(f"socket     {self.socket_path} (container: {SOCKET_MOUNT}/{SOCKET_NAME})")
+        rows.append(f"argv       {shlex.join([*self.entrypoint, *self.command])}")
+        rows += [f"note       {n}" for n in self.notes]
+        rows.append(f"as CLI     {self.docker_run_line()}")
+        return rows
+
+    def summary_line(self) -> str:
+        """One line for the facts: what runs where, with the full line left to the plan table."""
+        return (f"launch plan: `vllm serve` with {len(self.flags_used())} flags from image {self.image_id[:19]}..., "
+                f"GPU {self.gpu_uuid or 'none'}, network {self.network_mode}, RAM cap {gib(self.mem_limit_bytes)} "
+                f"(no swap: {self.memswap_limit_bytes == self.mem_limit_bytes}), user {self.user}; the equivalent "
+                "docker run line is in the launch plan table")
+
+    def to_json(self) -> dict:
+        """The spec for the receipt and plan.json, with the docker run line beside it."""
+        data = asdict(self)
+        data["flags_used"] = self.flags_used()
+        data["docker_run_line"] = self.docker_run_line()
+        return data
+
+
+def _number(value: float) -> str:
+    """A number as a flag value: 600.0 -> "600", 12.5 -> "12.5" (never exponent notation)."""
+    if float(value).is_integer():
+        return str(int(value))
+    return repr(float(value))
+
+
+def hf_cache_layout(model_path: str) -> tuple[str, str] | None:
+    """(repo folder, snapshot path relative to it) for a Hugging Face cache snapshot path, else None.
+
+    A snapshot's files are symlinks into ../../blobs, so the whole repo folder must be visible in the
+    container for them to resolve.
+    """
+    path = PurePosixPath(model_path)
+    if len(path.parts) >= 3 and path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
+        return str(path.parent.parent), f"snapshots/{path.name}"
+    return None
+
+
+def container_name(run_id: str, owner_pid: int) -> str:
+    """A Docker-legal, session-unique container name."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "-", run_id).strip("-.") or "run"
+    return f"onegpu-{safe}-{owner_pid}"
+
+
+def owner_labels(run_id: str, owner: Owner, role: str) -> dict[str, str]:
+    """The labels that let a later session find this container and tell whether its owner is alive."""
+    return {
+        KIT_LABEL: "1",
+        LABEL_RUN_ID: run_id,
+        LABEL_OWNER_PID: str(owner.pid),
+        LABEL_OWNER_START: "" if owner.start_ticks is None else str(owner.start_ticks),
+        LABEL_OWNER_HOST: owner.boot_id or "",
+        LABEL_OWNER_PIDNS: owner.pidns or "",
+        LABEL_ROLE: role,
+    }
+
+
+def build_launch_spec(settings, gpu_uuid: str | None, image_id: str, run_id: str, socket_dir: str,
+                      owner: Owner, checkpoint_root: str | None = None, towers: Sequence[str] = ()) -> LaunchSpec:
+    """The engine launch for these settings (pure: no file, process or daemon is consulted).
+
+    `checkpoint_root` is the checkpoint folder with links resolved (default: settings.model_path as written):
+    a model_path that is a link to a cache snapshot must mount the snapshot's real repo folder, or the
+    snapshot's relative links into ../../blobs would dangle in the container. `towers` are the tower sections
+    of its config.json (onegpu.checkpoint.towers.has_towers)."""
+    root = checkpoint_root or settings.model_path
+    layout = hf_cache_layout(root)
+    notes = []
+    if str(PurePosixPath(root)) != str(PurePosixPath(settings.model_path)):
+        notes.append(f"model_path {settings.model_path} is a link (or passes through one): the container mounts "
+                     f"what it points to, {root}")
+    if layout:
+        repo, snapshot = layout
+        mounts = [BindMount(repo, MODEL_REPO_MOUNT, True)]
+        model_arg = f"{MODEL_REPO_MOUNT}/{snapshot}"
+        notes.append(f"Hugging Face cache: the repo folder is mounted so {snapshot}'s links into ../../blobs "
+                     "resolve")
+    else:
+        mounts = [BindMount(str(PurePosixPath(root)), MODEL_MOUNT, True)]
+        model_arg = MODEL_MOUNT
+    mounts.append(BindMount(socket_dir, SOCKET_MOUNT, False))
+    command = [
+        "serve", model_arg,
+        "--served-model-name", settings.model_id,
+        "--uds", f"{SOCKET_MOUNT}/{SOCKET_NAME}",
+        "--tensor-parallel-size", "1",
+        "--pipeline-parallel-size", "1",
+        "--max-num-seqs", "1",
+        "--gpu-memory-utilization", _number(GPU_UTILIZATION),
+        "--max-model-len", str(settings.context_tokens),
+        "--max-num-batched-tokens", str(settings.prefill_chunk_tokens),
+        "--enable-chunked-prefill",
+        "--enforce-eager",
+        "--cpu-offload-gb", _number(settings.cpu_offload_gib),
+        "--generation-config", GENERATION_CONFIG,
+    ]
+    notes.append(GENERATION_NOTE)
+    if towers:
+        # The kit's runs are text-only: with every modality limit 0 vLLM skips the towers' weights.
+        command.append("--language-model-only")
+        notes.append(f"--language-model-only: config.json declares {', '.join(towers)}; the kit's runs are "
+                     "text-only, so the engine loads no vision or audio tower")
+    environment = {**OFFLINE_ENV, **USER_ENV}
+    if settings.offload_pinning == "exact":
+        environment.update(EXACT_PINNING_ENV)
+        notes.append("offload_pinning exact: VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1, so no offloaded "
+                     "parameter is pinned by torch's allocator, which rounds each buffer up to a power of two; "
+                     "on CUDA vLLM pins a copy of exactly the parameter's bytes when it maps it for the GPU")
+    else:
+        notes.append("offload_pinning rounded (vLLM's default): each offloaded parameter is pinned by torch's "
+                     "allocator, which rounds its buffer up to a power of two")
+    if settings.kv_cache_dtype is not None:
+        command += ["--kv-cache-dtype", settings.kv_cache_dtype]
+    else:
+        notes.append("no --kv-cache-dtype: the engine uses the model's own dtype, as the KV estimate assumed")
+    if settings.trust_remote_code:
+        command.append("--trust-remote-code")
+    ram_cap = int(settings.container_ram_gib * GIB)
+    return LaunchSpec(
+        image_id=image_id,
+        name=container_name(run_id, owner.pid),
+        entrypoint=["vllm"],
+        command=command,
+        environment=environment,
+        labels=owner_labels(run_id, owner, "engine"),
+        mounts=mounts,
+        socket_dir=socket_dir,
+        socket_path=f"{socket_dir.rstrip('/')}/{SOCKET_NAME}",
+        gpu_uuid=gpu_uuid,
+        mem_limit_bytes=ram_cap,
+        memswap_limit_bytes=ram_cap,
+        pids_limit=settings.pids_limit,
+        shm_size_bytes=int(settings.shm_gib * GIB),
+        nano_cpus=int(round(settings.container_cpus * 1e9)) if settings.container_cpus else None,
+        user=f"{owner.uid}:{owner.gid}",
+        tmpfs=dict(TMPFS),
+        security_opt=["no-new-privileges"],
+        cap_drop=["ALL"],
+        model_arg=model_arg,
+        notes=notes,
+        towers=list(towers),
+    )
+
+
+def missing_elements(spec: LaunchSpec, settings, gpu_uuid: str | None) -> list[str]:
+    """Pure: every element of KIT.md 6 the spec lacks, one line each (empty when the plan is complete)."""
+    cmd, problems = spec.command, []
+
+    def flag_value(flag: str) -> str | None:
+        return cmd[cmd.index(flag) + 1] if flag in cmd and cmd.index(flag) + 1 < len(cmd) else None
+
+    expected_values = {
+        "--served-model-name": settings.model_id, "--uds": f"{SOCKET_MOUNT}/{SOCKET_NAME}",
+        "--tensor-parallel-size": "1", "--pipeline-parallel-size": "1", "--max-num-seqs": "1",
+        "--gpu-memory-utilization": _number(GPU_UTILIZATION),
+        "--max-model-len": str(settings.context_tokens),
+        "--max-num-batched-tokens": str(settings.prefill_chunk_tokens),
+        "--cpu-offload-gb": _number(settings.cpu_offload_gib),
+        "--generation-config": GENERATION_CONFIG,
+    }
+    if spec.entrypoint != ["vllm"] or cmd[:1] != ["serve"]:
+        problems.append(f"entrypoint must be `vllm serve`, is {spec.entrypoint + cmd[:1]}")
+    for flag, value in expected_values.items():
+        if flag_value(flag) != value:
+            problems.append(f"{flag} must be {value!r}, is {flag_value(flag)!r}")
+    for flag in ("--enable-chunked-prefill", "--enforce-eager"):
+        if flag not in cmd:
+            problems.append(f"{flag} missing")
+    if ("--language-model-only" in cmd) != bool(spec.towers):
+        problems.append(f"--language-model-only must appear exactly when config.json declares towers "
+                        f"({', '.join(spec.towers) or 'none'})")
+    if ("--trust-remote-code" in cmd) != bool(settings.trust_remote_code):
+        problems.append(f"--trust-remote-code must appear only when settings allow it ({settings.trust_remote_code})")
+    if flag_value("--kv-cache-dtype") != settings.kv_cache_dtype:
+        problems.append(f"--kv-cache-dtype must be {settings.kv_cache_dtype!r} (what the KV estimate assumed)")
+    if spec.network_mode != "none":
+        problems.append(f"network must be none, is {spec.network_mode!r}")
+    model_mounts = [m for m in spec.mounts if m.target in (MODEL_MOUNT, MODEL_REPO_MOUNT)]
+    if not model_mounts or not all(m.read_only for m in model_mounts):
+        problems.append("the checkpoint must be bind-mounted read-only")
+    if not any(m.target == SOCKET_MOUNT and not m.read_only for m in spec.mounts):
+        problems.append(f"the private socket folder must be bind-mounted read-write at {SOCKET_MOUNT}")
+    if spec.mem_limit_bytes <= 0 or spec.memswap_limit_bytes != spec.mem_limit_bytes:
+        problems.append("the RAM cap must be set and the memory+swap cap equal to it (no swap)")
+    if spec.pids_limit <= 0 or spec.shm_size_bytes <= 0:
+        problems.append("pids limit and shm size must be stated")
+    if "no-new-privileges" not in spec.security_opt or "ALL" not in spec.cap_drop:
+        problems.append("no-new-privileges and cap-drop ALL are required")
+    for key, value in {**OFFLINE_ENV, **USER_ENV}.items():
+        if spec.environment.get(key) != value:
+            problems.append(f"environment {key} must be {value!r}")
+    pinning = {key: spec.environment.get(key) for key in EXACT_PINNING_ENV}
+    wanted = EXACT_PINNING_ENV if settings.offload_pinning == "exact" else dict.fromkeys(EXACT_PINNING_ENV)
+    if pinning != wanted:
+        problems.append(f"offload_pinning {settings.offload_pinning}: environment must hold "
+                        + (", ".join(f"{k}={v}" for k, v in EXACT_PINNING_ENV.items())
+                           if settings.offload_pinning == "exact" else f"no {', '.join(EXACT_PINNING_ENV)}"))
+    for label in (KIT_LABEL, LABEL_RUN_ID, LABEL_OWNER_PID, LABEL_OWNER_START, LABEL_OWNER_HOST):
+        if label not in spec.labels:
+            problems.append(f"label {label} missing")
+    if ENGINE_HOME not in spec.tmpfs:
+        problems.append(f"a writable tmpfs HOME at {ENGINE_HOME} is required")
+    if gpu_uuid is not None and spec.gpu_uuid != gpu_uuid:
+        problems.append(f"the GPU must be handed over by UUID {gpu_uuid}, the spec has {spec.gpu_uuid}")
+    return problems

@@ -1,0 +1,104 @@
+"""The one reader of a run folder the kit wrote: the report (its own run), calibration (--calibrate-from an earlier
+run) and compare (two runs) read receipt, manifest, settings and samples through it, with the same rules.
+
+A receipt is strict JSON of the kit's schema, with the journal a killed session left folded in; the manifest is
+checked for its digests (path, size, SHA-256 of every file; --reuse-manifest also needs mtimes and inodes); settings.json is judged as --settings is (kept as its error when it does
+not hold); samples.jsonl skips a torn last line. A folder that is not a run folder raises NotARunFolder, whose
+message names the file and the rule.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from onegpu.core import strict_json
+from onegpu.core.jsonable import to_json
+from onegpu.custody.manifest import ManifestError, load_manifest
+from onegpu.evidence.receipt import JOURNAL, SCHEMA as RECEIPT_SCHEMA, apply_journal
+from onegpu.plan.settings import Settings, SettingsError, load_settings
+
+MAX_RECEIPT_BYTES = 200_000_000
+
+
+class NotARunFolder(ValueError):
+    """The path is not a run folder the kit wrote (named with what is missing or wrong)."""
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    path: Path
+    receipt: dict  # receipt.json with the journal folded in
+    manifest: dict | None  # manifest.json, when custody ran
+    settings: Settings | SettingsError  # settings.json as --settings judges it, or why it does not hold
+
+    @property
+    def settings_values(self) -> dict | None:
+        """The settings' values as the session read them; None when settings.json is absent or does not hold."""
+        return settings_values(self.settings) if isinstance(self.settings, Settings) else None
+
+
+def read_run(folder: Path) -> RunFolder:
+    """The evidence of one run folder; raises NotARunFolder naming the file and the rule."""
+    if not folder.is_dir():
+        raise NotARunFolder(f"{folder}: not a folder" if folder.exists() else f"{folder}: no such folder")
+    path = folder / "receipt.json"
+    if not path.is_file():
+        raise NotARunFolder(f"{folder}: not a run folder (no receipt.json in it)")
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise NotARunFolder(f"{path}: cannot read ({exc.strerror})") from None
+    if len(raw) > MAX_RECEIPT_BYTES:
+        raise NotARunFolder(f"{path}: {len(raw):,} bytes, more than a receipt holds ({MAX_RECEIPT_BYTES:,})")
+    try:
+        receipt = strict_json.loads(raw)
+    except (strict_json.StrictJSONError, UnicodeDecodeError) as exc:
+        raise NotARunFolder(f"{path}: not a readable receipt ({exc})") from None
+    if not isinstance(receipt, dict) or receipt.get("schema") != RECEIPT_SCHEMA:
+        raise NotARunFolder(f"{path}: field 'schema' must be {RECEIPT_SCHEMA!r} (a receipt the kit wrote)")
+    try:
+        receipt = apply_journal(receipt, folder)  # a session killed before its last whole write journalled the rest
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise NotARunFolder(f"{folder / JOURNAL}: not a readable receipt journal ({exc})") from None
+    manifest = None
+    if (folder / "manifest.json").is_file():
+        try:
+            manifest, _ = load_manifest(folder / "manifest.json", for_reuse=False)
+        except ManifestError as exc:
+            raise NotARunFolder(str(exc)) from None
+    settings: Settings | SettingsError
+    try:
+        settings = load_settings(folder / "settings.json")
+    except SettingsError as exc:
+        settings = exc
+    return RunFolder(folder, receipt, manifest, settings)
+
+
+def settings_values(settings: Settings) -> dict:
+    """The values of the settings, as the report and compare show them (without where they were read)."""
+    return {k: v for k, v in to_json(settings).items() if k not in ("path", "sha256", "assumed", "source_schema")}
+
+
+def read_settings_values(folder: Path) -> dict | None:
+    """The settings as the session read them, from the run folder's copy; None when absent or invalid."""
+    try:
+        return settings_values(load_settings(folder / "settings.json"))
+    except SettingsError:
+        return None
+
+
+def read_samples(folder: Path) -> list[dict]:
+    """samples.jsonl's lines (a torn last line from a hard kill is skipped); [] when the engine never ran."""
+    path = folder / "samples.jsonl"
+    if not path.is_file():
+        return []
+    samples = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            samples.append(value)
+    return samples

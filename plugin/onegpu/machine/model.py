@@ -1,0 +1,152 @@
+"""The hardware facts as data: what a scan reads, what a profile replays (schema onegpu/hardware@1).
+
+Bytes everywhere; None means "not known" (never zero). A fact that could not be read carries its reason
+in an `error` field rather than a guess.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from onegpu.core import strict_json
+from onegpu.core.jsonable import FactsFormatError, from_json, to_json
+
+SCHEMA = "onegpu/hardware@1"
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    used_bytes: int | None
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    index: int
+    name: str
+    uuid: str
+    total_bytes: int
+    free_bytes: int  # what the driver reports free (NVML v2), not total minus used
+    used_bytes: int
+    reserved_bytes: int | None  # driver/firmware reserve (NVML memory v2); None on drivers without v2
+    mig_enabled: bool | None  # None: the card does not support MIG
+    compute_processes: list[GpuProcess]
+    pci_bus_id: str
+    pcie_link_gen: int | None = None
+    pcie_link_width: int | None = None
+    pcie_max_link_gen: int | None = None
+    pcie_max_link_width: int | None = None
+    numa_node: int | None = None
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    nvml_loaded: bool
+    error: str | None
+    driver_version: str | None
+    cuda_driver_version: str | None
+    devices: list[GpuDevice]
+
+
+@dataclass(frozen=True)
+class CgroupFacts:
+    version: int | None  # 1, 2, or None when no cgroup filesystem is mounted
+    path: str | None  # the kit process's own cgroup, e.g. /user.slice/session-3.scope
+    memory_limit_bytes: int | None  # the tightest limit on the path up to the root; None = unlimited
+    memory_usage_bytes: int | None
+    swap_limit_bytes: int | None  # memory+swap (v1) or swap.max (v2); None = unlimited
+    cpu_quota_cpus: float | None  # cpu quota / period; None = unlimited
+
+
+@dataclass(frozen=True)
+class DiskFacts:
+    label: str  # "run folder", "checkpoint"
+    path: str
+    free_bytes: int
+    total_bytes: int
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    hostname: str | None
+    kernel: str | None
+    ram_total_bytes: int | None  # None: unknown (a profile may leave it for the operator to state)
+    ram_available_bytes: int | None
+    ram_stated_by_operator: bool
+    swap_total_bytes: int | None
+    swap_free_bytes: int | None
+    cgroup: CgroupFacts
+    memlock_limit_bytes: int | None  # None = unlimited
+    transparent_hugepages: str | None  # the selected mode: always / madvise / never
+    cpus_online: int | None
+    cpus_usable: float | None  # affinity and cgroup quota applied
+    numa_nodes: int | None
+    wsl2: bool
+    disks: list[DiskFacts] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DockerFacts:
+    reachable: bool
+    error: str | None
+    endpoint: str  # where the SDK connects, e.g. unix:///var/run/docker.sock
+    remote: bool  # tcp:// or ssh:// endpoint: another machine's RAM
+    rootless: bool  # a rootless daemon runs in a user namespace with its own limits
+    server_version: str | None
+    api_version: str | None
+    swap_limit: bool | None
+    memory_limit: bool | None
+    cgroup_version: str | None
+    runtimes: list[str]
+    nvidia_runtime: bool  # an "nvidia" runtime is registered
+    nvidia_hook: bool  # nvidia-container-runtime-hook found beside a local daemon (the --gpus path)
+    cdi_gpu_devices: list[str]  # CDI device names such as nvidia.com/gpu=0
+    daemon_mem_total_bytes: int | None
+    daemon_name: str | None
+
+    @property
+    def can_hand_gpus(self) -> bool:
+        return self.reachable and (self.nvidia_runtime or self.nvidia_hook or bool(self.cdi_gpu_devices))
+
+
+@dataclass(frozen=True)
+class HardwareFacts:
+    schema: str
+    source: str  # "live", "replayed", or "composed" (a shipped profile assembled from public outputs)
+    recorded_at: str
+    gpu: GpuFacts
+    host: HostFacts
+    docker: DockerFacts
+    profile: str | None = None  # the replayed profile's name
+    description: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def replayed(self) -> bool:
+        return self.source == "replayed"
+
+
+def facts_to_json(facts: HardwareFacts) -> dict:
+    return to_json(facts)
+
+
+def facts_from_json(data: dict, where: str = "profile") -> HardwareFacts:
+    """Rebuild facts from JSON; raises FactsFormatError naming the field on any mismatch."""
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise FactsFormatError(f"{where}: schema must be {SCHEMA!r}, found {found!r}")
+    return from_json(HardwareFacts, data, where)
+
+
+def load_profile(path: Path) -> HardwareFacts:
+    """Read a recorded profile (or a run folder's hardware.json) for --hardware replay."""
+    try:
+        data = strict_json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise FactsFormatError(f"--hardware {path}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise FactsFormatError(f"--hardware {path}: not readable JSON ({exc})") from None
+    try:
+        return facts_from_json(data, where="$")
+    except FactsFormatError as exc:
+        raise FactsFormatError(f"--hardware {path}: {exc}") from None

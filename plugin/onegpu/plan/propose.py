@@ -1,0 +1,391 @@
+"""Pure: a proposal request (checkpoint, image, model ID, revision, context; no budgets) + the machine's facts
+-> the smallest budgets that pass the capacity checks, each with its derivation (settings-proposed.json).
+
+A proposal is never settings: its file has its own schema, so `--settings settings-proposed.json` is refused,
+and its "settings" object lacks the deadlines the operator must choose. The rules are the capacity code's own
+(onegpu.plan.capacity, onegpu.plan.offload, vLLM 0.33 accounting): vLLM's offloader moves decoder-layer weights only, so
+embeddings/head stay on the GPU; the RAM cap holds what vLLM pins for the offload, not the budget; the proposed
+settings are checked by running those very verdicts on them. Exact pinning and selective expert offload are shown
+beside the proposal as alternatives: choices to measure, never results.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+from onegpu.core import strict_json
+from onegpu.core.shown import as_json
+from onegpu.plan.capacity import CONTAINER_OWN_NEEDS_BYTES, GPU_UTILIZATION, UNCONFIRMED, capacity_verdicts, kit_plan
+from onegpu.plan.offload import engine_layout, where_lines
+from onegpu.plan.offload_rules import ACCOUNTING, RULES
+from onegpu.core.outcomes import Blocked
+from onegpu.core.units import GIB, gib
+from onegpu.plan.settings import ASSUMED_DEFAULTS, OWN_FIELDS, SettingsError, check_field
+
+REQUEST_SCHEMA = "onegpu/proposal-request@1"
+PROPOSAL_SCHEMA = "onegpu/settings-proposal@1"
+NOT_SETTINGS = ("A PROPOSAL, NOT SETTINGS: nothing runs from this file. Copy the values under 'settings' into your "
+                "settings file (onegpu/settings@1), choose its deadlines, and approve that file")
+# Named assumption for the host's own share: the OS, the page cache that feeds the load, the kit itself.
+HEADROOM_MIN_GIB = 8
+HEADROOM_FRACTION = 0.05
+HEADROOM_RULE = f"the larger of {HEADROOM_MIN_GIB} GiB and {HEADROOM_FRACTION:.0%} of host RAM, ASSUMED for the " \
+                "host itself (OS, page cache while loading, the kit)"
+DEFAULT_PREFILL_CHUNK = 2048
+_REQUIRED = ("model_id", "model_revision", "model_path", "image", "gpu", "context_tokens")
+_OPTIONAL = ("prefill_chunk_tokens", "kv_cache_dtype", "gpu_reserve_gib", "free_floor_gib")
+_BUDGETS = ("cpu_offload_gib", "container_ram_gib", "host_headroom_gib")
+
+
+@dataclass(frozen=True)
+class ProposalRequest:
+    path: str
+    sha256: str
+    model_id: str
+    model_revision: str
+    model_path: str
+    image: str
+    gpu: int | str
+    context_tokens: int
+    prefill_chunk_tokens: int
+    kv_cache_dtype: str | None
+    gpu_reserve_gib: float | None  # None: the kit's named default, shown as ASSUMED
+    free_floor_gib: float | None = None  # None: the kit's named default, shown as ASSUMED
+    assumed: dict[str, str] = field(default_factory=dict)
+
+    def values(self) -> dict:
+        return {k: getattr(self, k) for k in (*_REQUIRED, *_OPTIONAL)}
+
+
+def parse_request(data, path: str, sha256: str) -> ProposalRequest:
+    """Validate a proposal request like settings (field, value, rule); raises SettingsError listing every rule."""
+    if not isinstance(data, dict):
+        raise SettingsError(path, [f"the document must be a JSON object, found {type(data).__name__}"])
+    if data.get("schema") != REQUEST_SCHEMA:
+        raise SettingsError(path, [f"field 'schema': value {as_json(data.get('schema'))}: must be {REQUEST_SCHEMA!r}"])
+    body = {k: v for k, v in data.items() if k != "schema"}
+    errors = [f"field {k!r}: value {v!r}: a proposal request carries no budgets: the proposal computes them"
+              for k, v in body.items() if k in _BUDGETS]
+    errors += [f"field {k!r}: value {v!r}: unknown field (not in {REQUEST_SCHEMA})" for k, v in body.items()
+               if k not in (*_REQUIRED, *_OPTIONAL, *_BUDGETS)]
+    errors += [f"field {k!r}: required" for k in _REQUIRED if k not in body]
+    checked = (check_field(k, v, OWN_FIELDS[k]) for k, v in body.items() if k in (*_REQUIRED, *_OPTIONAL))
+    errors += [problem for problem in checked if problem]
+    if errors:
+        raise SettingsError(path, errors)
+    assumed = {}
+    if "prefill_chunk_tokens" not in body:
+        assumed["prefill_chunk_tokens"] = f"{DEFAULT_PREFILL_CHUNK} (vLLM's chunked-prefill batch size)"
+    if "gpu_reserve_gib" not in body:
+        default, why = ASSUMED_DEFAULTS["gpu_reserve_gib"]
+        assumed["gpu_reserve_gib"] = f"{default} ({why})"
+    if "free_floor_gib" not in body:
+        default, why = ASSUMED_DEFAULTS["free_floor_gib"]
+        assumed["free_floor_gib"] = f"{default} ({why})"
+    reserve, floor = body.get("gpu_reserve_gib"), body.get("free_floor_gib")
+    return ProposalRequest(path=path, sha256=sha256, model_id=body["model_id"], model_revision=body["model_revision"],
+                           model_path=body["model_path"], image=body["image"], gpu=body["gpu"],
+                           context_tokens=body["context_tokens"],
+                           prefill_chunk_tokens=body.get("prefill_chunk_tokens", DEFAULT_PREFILL_CHUNK),
+                           kv_cache_dtype=body.get("kv_cache_dtype"),
+                           gpu_reserve_gib=float(reserve) if reserve is not None else None,
+                           free_floor_gib=float(floor) if floor is not None else None, assumed=assumed)
+
+
+def load_request(raw: bytes, path: str, sha256: str) -> ProposalRequest:
+    try:
+        data = strict_json.loads(raw)
+    except (strict_json.StrictJSONError, UnicodeDecodeError) as exc:
+        raise SettingsError(path, [str(exc)]) from None
+    return parse_request(data, path, sha256)
+
+
+@dataclass
+class Proposal:
+    proposed: bool  # False: no budget can work (blockers) or the facts do not allow a number (unknown)
+    settings: dict | None
+    alternatives: list[dict]  # exact pinning, selective expert offload: choices to measure beside the proposal
+    rows: list[tuple[str, str, str]]  # (quantity, value, derivation)
+    blockers: list[dict]  # {check, code, message, numbers}
+    unknown: list[str]
+    check: list  # the capacity verdicts of the proposed settings on this machine
+    reserve: dict
+    warnings: list[str] = field(default_factory=list)
+
+
+def _assumed_gib(name: str) -> float:
+    value = ASSUMED_DEFAULTS[name][0]
+    assert isinstance(value, (int, float)), f"{name}'s assumed default is a number of GiB"
+    return float(value)
+
+
+def _ceil_gib(n: int) -> int:
+    return max(0, math.ceil(n / GIB))
+
+
+def _reserve(req: ProposalRequest, calibration) -> tuple[float, str, dict]:
+    """(reserve GiB the proposed settings carry, how it is shown, the receipt's reserve record)."""
+    if calibration is not None:
+        value = math.ceil(calibration.reserve_bytes / GIB * 100) / 100  # settings hold GiB: round up, never down
+        return value, f"{value:g} GiB CALIBRATED FROM {calibration.run_id}", \
+            {"source": "calibrated", "calibrated_from": calibration.run_id, "bytes": round(value * GIB)}
+    if req.gpu_reserve_gib is not None:
+        return req.gpu_reserve_gib, f"{req.gpu_reserve_gib:g} GiB (from the request)", \
+            {"source": "request", "bytes": round(req.gpu_reserve_gib * GIB)}
+    default = _assumed_gib("gpu_reserve_gib")
+    return default, f"{default:g} GiB ASSUMED ({ASSUMED_DEFAULTS['gpu_reserve_gib'][1]})", \
+        {"source": "assumed", "bytes": round(default * GIB)}
+
+
+def _headroom_gib(host) -> tuple[int, str]:
+    if host.ram_total_bytes is None:
+        return HEADROOM_MIN_GIB, f"{HEADROOM_MIN_GIB} GiB: host RAM total unknown, so the minimum of the rule"
+    share = math.ceil(host.ram_total_bytes * HEADROOM_FRACTION / GIB)
+    return max(HEADROOM_MIN_GIB, share), f"{HEADROOM_RULE}: max({HEADROOM_MIN_GIB}, {HEADROOM_FRACTION:g} x " \
+                                         f"{gib(host.ram_total_bytes)} = {share} GiB)"
+
+
+def kv_inputs(req: ProposalRequest, kv) -> str:
+    """Every input the KV figure depends on: the same context gives another figure with another chunk or dtype."""
+    chunk = " ASSUMED" if "prefill_chunk_tokens" in req.assumed else ""
+    dtype = "" if req.kv_cache_dtype else " (the model's own, assumed)"
+    return (f"{kv.context_tokens:,} tokens, one sequence, prefill chunk {kv.prefill_chunk_tokens:,}{chunk}, "
+            f"{kv.kv_dtype}{dtype}")
+
+
+def kv_differs_from_plan(req: ProposalRequest, kv, plan_kv: dict | None) -> str | None:
+    """A warning when this session's plan (from --settings) put another KV figure on the same context."""
+    if (kv.bytes is None or not plan_kv or plan_kv.get("context_tokens") != kv.context_tokens
+            or plan_kv.get("bytes") in (None, kv.bytes)):
+        return None
+    return (f"the plan of this session's settings puts the KV cache for the same {kv.context_tokens:,} tokens at "
+            f"{gib(plan_kv['bytes'])} (prefill chunk {plan_kv.get('prefill_chunk_tokens'):,}, "
+            f"{plan_kv.get('kv_dtype')}); this proposal's {gib(kv.bytes)} uses {kv_inputs(req, kv)}: "
+            "the chunk or dtype differs, not the arithmetic")
+
+
+def propose(req: ProposalRequest, gpu, gpu_missing_reason: str | None, host, ckpt, kv, calibration=None,
+            run_disk_free_bytes: int | None = None) -> Proposal:
+    """The smallest whole-GiB CPU-offload budget (and the RAM cap and headroom that follow) for these facts."""
+    reserve_gib, reserve_text, reserve = _reserve(req, calibration)
+    rows: list[tuple[str, str, str]] = []
+    if gpu is None:
+        return Proposal(False, None, [], rows, [{"check": "gpu", "code": _code(gpu_missing_reason), "numbers": {},
+                        "message": f"no GPU is selected ({gpu_missing_reason}): the GPU side cannot be sized"}],
+                        [], [], reserve)
+    if kv.bytes is None:
+        return Proposal(False, None, [], rows, [], [f"the KV cache for {kv.context_tokens:,} tokens is not "
+                        f"estimated ({kv.unknown_reason}): no budget is proposed without it"], [], reserve)
+    layout = engine_layout(ckpt)  # one pass over the tensors; every plan below reuses it
+    everything = kit_plan(ckpt, 2**62, layout=layout)  # every parameter the offloader is offered
+    weights, offloadable = everything.loaded_bytes, everything.offerable_bytes
+    stays = weights - offloadable
+    target = int(gpu.total_bytes * GPU_UTILIZATION)
+    reserve_bytes = round(reserve_gib * GIB)
+    budget = target - reserve_bytes
+    need = weights + kv.bytes - budget
+    skipped = everything.not_loaded_bytes
+    rows += [("GPU target", gib(target),
+              f"{GPU_UTILIZATION} x GPU {gpu.index} {gpu.name} total {gib(gpu.total_bytes)}"),
+             ("non-weight reserve", gib(reserve_bytes), reserve_text),
+             ("GPU budget (weights + KV)", gib(budget), f"target {gib(target)} - reserve {gib(reserve_bytes)}"),
+             ("weights the engine loads", gib(weights),
+              f"decoder layers {gib(offloadable)} (offloadable) + embeddings/head and other non-layer tensors "
+              f"{gib(stays)} (stay on the GPU)" + (f"; header bytes {gib(ckpt.weight_bytes)} of which "
+                                                   f"{gib(skipped)} (draft layers, left-out towers) are not loaded"
+                                                   if skipped else "")),
+             ("KV cache", gib(kv.bytes), kv_inputs(req, kv))]
+    if need <= 0:
+        offload_gib = 0
+        why = f"weights {gib(weights)} + KV {gib(kv.bytes)} fit the budget with {gib(-need)} to spare: no offload"
+    elif need <= offloadable:
+        offload_gib, before, moved = _smallest_budget(everything.offloaded, need)
+        why = (f"weights {gib(weights)} + KV {gib(kv.bytes)} - budget {gib(budget)} = {gib(need)} must leave the GPU; "
+               f"the engine moves whole parameters in its order until the budget is crossed, so the first {moved} "
+               f"reach it, and any budget above the {gib(before)} before the last of them moves them all: the "
+               f"smallest whole GiB above it ({RULES['budget'].short()})")
+    else:
+        offload_gib = _ceil_gib(offloadable)
+        why = (f"{gib(need)} must leave the GPU but only the {gib(offloadable)} of decoder-layer weights can "
+               f"(embeddings/head stay): short by {gib(need - offloadable)}")
+    plan = kit_plan(ckpt, offload_gib * GIB, layout=layout)
+    offloaded = plan.offloaded_bytes
+    rows += [("cpu_offload_gib", f"{offload_gib} GiB", why),
+             ("GPU left after", gib(budget - (weights - offloaded) - kv.bytes),
+              f"budget - (weights - offloaded {gib(offloaded)}) - KV")]
+    if offload_gib:
+        rows.append(("engine offload", gib(offloaded), f"{ACCOUNTING}: whole parameters in the engine's order until "
+                     f"the budget is crossed; {where_lines(plan)}"))
+    cap_gib = _ceil_gib(plan.peak_bytes + CONTAINER_OWN_NEEDS_BYTES)
+    pinned_why = (f"{len(plan.offloaded)} parameters pinned by vLLM's default pinning, each rounded up to a power of "
+                  f"two: {gib(plan.pinned_bytes)}; peak while offloading {gib(plan.peak_bytes)}" if offload_gib
+                  else "nothing offloaded, nothing pinned")
+    rows.append(("container_ram_gib", f"{cap_gib} GiB", f"{pinned_why} + {gib(CONTAINER_OWN_NEEDS_BYTES)} ASSUMED "
+                 f"for the container's own needs, rounded up to whole GiB (rule: {RULES['pinned'].cite()})"))
+    alternatives = _alternatives(ckpt, offload_gib, everything, budget, kv.bytes, layout) if offload_gib else []
+    for alt in alternatives:
+        rows.append((f"container_ram_gib ({alt['name']})", f"{alt['container_ram_gib']} GiB", alt["why"]))
+    headroom_gib, headroom_why = _headroom_gib(host)
+    rows.append(("host_headroom_gib", f"{headroom_gib} GiB", headroom_why))
+    rows += _host_rows(host, cap_gib, headroom_gib, alternatives)
+    free_after, warnings = gpu.free_bytes - target, []
+    floor_gib = req.free_floor_gib if req.free_floor_gib is not None else _assumed_gib("free_floor_gib")
+    floor = f"floor {floor_gib:g} GiB{' ASSUMED' if req.free_floor_gib is None else ''}"
+    rows.append(("GPU free after boot", gib(free_after), f"driver-reported free now {gib(gpu.free_bytes)} - target "
+                 f"{gib(target)} (projected; the landing measures it) vs the free-memory {floor}: "
+                 f"{'above' if free_after >= round(floor_gib * GIB) else 'UNDER'}"))
+    if free_after < round(floor_gib * GIB):
+        warnings.append(f"the projected GPU free memory after boot {gib(free_after)} is under the free-memory {floor}: "
+                        "other memory on the card leaves less than the floor beside the engine's target")
+    settings = {"schema": "onegpu/settings@1", **{k: getattr(req, k) for k in _REQUIRED},
+                "prefill_chunk_tokens": req.prefill_chunk_tokens, "cpu_offload_gib": offload_gib,
+                "container_ram_gib": cap_gib, "host_headroom_gib": headroom_gib}
+    if req.kv_cache_dtype is not None:
+        settings["kv_cache_dtype"] = req.kv_cache_dtype
+    if req.free_floor_gib is not None:
+        settings["free_floor_gib"] = req.free_floor_gib
+    if reserve["source"] != "assumed":
+        settings["gpu_reserve_gib"] = reserve_gib
+    shaped = SimpleNamespace(cpu_offload_gib=offload_gib, container_ram_gib=cap_gib, host_headroom_gib=headroom_gib,
+                             gpu_reserve_gib=reserve_gib,
+                             assumed={} if reserve["source"] != "assumed" else {"gpu_reserve_gib": req.assumed.get(
+                                 "gpu_reserve_gib", "")})
+    check = capacity_verdicts(shaped, gpu, host, ckpt, kv, run_disk_free_bytes)
+    blockers = [{"check": v.check, "code": v.code, "message": v.message, "numbers": dict(v.numbers)}
+                for v in check if v.status == "BLOCKED"]
+    unknown = [f"{v.check}: {v.message}" for v in check if v.status == "UNKNOWN" and v.check in ("host_ram",)]
+    if need > offloadable:
+        blockers.insert(0, {"check": "offload", "code": "INSUFFICIENT_VRAM" if stays > budget else "KV_DOES_NOT_FIT",
+                            "numbers": {"short_bytes": need - offloadable, "stays_on_gpu_bytes": stays,
+                                        "kv_bytes": kv.bytes, "gpu_budget_bytes": budget},
+                            "message": f"no CPU-offload budget can work: what must stay on the GPU (embeddings/head "
+                                       f"and other non-layer tensors {gib(stays)}) + KV {gib(kv.bytes)} = "
+                                       f"{gib(stays + kv.bytes)} exceeds the GPU budget {gib(budget)} by "
+                                       f"{gib(need - offloadable)}"})
+    ok = not blockers
+    # the alternatives stay when the proposal is blocked: exact pinning may be what a short host needs to measure
+    return Proposal(ok, settings if ok else None, alternatives, rows, blockers, unknown, check, reserve, warnings)
+
+
+def _code(reason: str | None) -> str | None:
+    """The outcome code a 'BLOCKED CODE: ...' reason names."""
+    if reason and reason.startswith("BLOCKED "):
+        return reason[len("BLOCKED "):].split(":", 1)[0]
+    return None
+
+
+def _smallest_budget(params, need: int) -> tuple[int, int, int]:
+    """(smallest whole-GiB budget that makes the engine move at least `need` bytes, the bytes moved before the
+    parameter that reaches `need`, how many parameters that is). uva.py moves a parameter while its running total
+    is below the budget, so any budget above the total before that parameter moves it."""
+    before = 0
+    for count, p in enumerate(params, 1):
+        if before + p.nbytes >= need:
+            return before // GIB + 1, before, count
+        before += p.nbytes
+    return _ceil_gib(before), before, len(params)
+
+
+def _alternatives(ckpt, offload_gib: int, everything, gpu_budget: int, kv_bytes: int, layout) -> list[dict]:
+    """Exact pinning and selective expert offload for the same budget: choices to measure, never results."""
+    own = CONTAINER_OWN_NEEDS_BYTES
+    exact = kit_plan(ckpt, offload_gib * GIB, "exact", layout=layout)
+    out = [{"name": "exact pinning", "settings": {"offload_pinning": "exact",
+                                                  "container_ram_gib": _ceil_gib(exact.peak_bytes + own)},
+            "container_ram_gib": _ceil_gib(exact.peak_bytes + own), "pinned_bytes": exact.pinned_bytes,
+            "peak_bytes": exact.peak_bytes, "parameters": len(exact.offloaded), "confirmed": False,
+            "why": f"offload_pinning \"exact\" (VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1): the same "
+                   f"{len(exact.offloaded)} parameters pinned at their own size = {gib(exact.pinned_bytes)}, peak "
+                   f"{gib(exact.peak_bytes)}, + {gib(own)} ASSUMED own needs, rounded up; {UNCONFIRMED}"}]
+    names = sorted({p.local.rsplit(".", 1)[-1] for p in everything.offloaded if ".experts." in f".{p.local}"})
+    if names:
+        sel = kit_plan(ckpt, offload_gib * GIB, "rounded", selected=tuple(names), layout=layout)
+        left = gpu_budget - sel.gpu_resident_bytes - kv_bytes
+        out.append({"name": "selective expert offload", "engine_args": ["--cpu-offload-params", *names],
+                    "container_ram_gib": _ceil_gib(sel.peak_bytes + own), "pinned_bytes": sel.pinned_bytes,
+                    "peak_bytes": sel.peak_bytes, "parameters": len(sel.offloaded),
+                    "offloaded_bytes": sel.offloaded_bytes, "gpu_left_bytes": left, "confirmed": False,
+                    "why": f"A CHOICE TO MEASURE, NOT A FASTER RESULT: --cpu-offload-params {' '.join(names)} keeps "
+                           f"the budget but offers only the experts' parameters ({RULES['selective'].cite()}): "
+                           f"{where_lines(sel)}; every attention and dense weight stays on the GPU; "
+                           f"{len(sel.offloaded)} parameters pinned, rounded = {gib(sel.pinned_bytes)}, peak "
+                           f"{gib(sel.peak_bytes)} + {gib(own)} ASSUMED own needs; GPU left after "
+                           f"{gib(left)}; the kit's settings cannot ask for it: it is not in the launch"})
+    return out
+
+
+def _host_rows(host, cap_gib: int, headroom_gib: int, alternatives: list[dict]) -> list[tuple[str, str, str]]:
+    avail = host.ram_available_bytes
+    rows = []
+    for label, cap in (("host need", cap_gib), *((f"host need ({a['name']})", a["container_ram_gib"])
+                                                  for a in alternatives)):
+        if not cap:
+            continue
+        need = (cap + headroom_gib) * GIB
+        if avail is None:
+            verdict = "host RAM unknown (state it with --host-ram-gib N for a replayed profile): not checked"
+        elif need <= avail:
+            verdict = f"within host RAM available {gib(avail)} ({gib(avail - need)} left)"
+        else:
+            verdict = f"host RAM available {gib(avail)} is short by {gib(need - avail)}"
+        limit = host.cgroup.memory_limit_bytes
+        if limit is not None:
+            verdict += f"; kit cgroup limit {gib(limit)}" + (f" short by {gib(need - limit)}" if need > limit else "")
+        rows.append((label, gib(need), f"cap {cap} GiB + headroom {headroom_gib} GiB: {verdict}"))
+    return rows
+
+
+def proposal_table(p: Proposal) -> list[str]:
+    """Rows for the terminal: quantity, value, derivation; then blockers and unknowns."""
+    lines = [f"{'quantity':<30} {'value':>14}  derivation"]
+    lines += [f"{q:<30} {v:>14}  {d}" for q, v, d in p.rows]
+    lines += [f"BLOCKED {b['code']}: {b['message']}" for b in p.blockers]
+    lines += [f"UNKNOWN: {u}" for u in p.unknown]
+    lines += [f"WARNING: {w}" for w in p.warnings]
+    if p.proposed:
+        s = p.settings
+        assert s is not None, "a proposal carries its settings"
+        lines.append(f"PROPOSED (copy into your settings): cpu_offload_gib {s['cpu_offload_gib']}, container_ram_gib "
+                     f"{s['container_ram_gib']}, host_headroom_gib {s['host_headroom_gib']}" + _alternatives_text(p))
+    return lines
+
+
+def proposal_document(p: Proposal, req: ProposalRequest, created_at: str, hardware: dict, image: dict,
+                      checkpoint: dict, consistency: list[dict]) -> dict:
+    """settings-proposed.json: the proposal, never settings (its own schema)."""
+    return {"schema": PROPOSAL_SCHEMA, "not_settings": NOT_SETTINGS, "created_at": created_at, "proposed": p.proposed,
+            "settings": p.settings, "alternatives": p.alternatives, "accounting": ACCOUNTING,
+            "derivation": [{"quantity": q, "value": v, "derivation": d} for q, v, d in p.rows],
+            "blockers": p.blockers, "unknown": p.unknown, "warnings": p.warnings,
+            "check": [v.as_json() for v in p.check],
+            "reserve": p.reserve, "request": {"path": req.path, "sha256": req.sha256, "values": req.values(),
+                                              "assumed": dict(req.assumed)},
+            "hardware": hardware, "image": image, "checkpoint": checkpoint, "consistency": consistency}
+
+
+def _alternatives_text(p: Proposal) -> str:
+    if not p.alternatives:
+        return ""
+    return " (alternatives to measure, not results: " + "; ".join(
+        f"{a['name']}: container_ram_gib {a['container_ram_gib']}" for a in p.alternatives) + ")"
+
+
+def outcome_lines(p: Proposal, path) -> list[str]:
+    """Fact lines of a proposal; raises Blocked (the first blocker's code) when no budget can work."""
+    if p.blockers:
+        first = p.blockers[0]
+        raise Blocked(first["code"] or "INSUFFICIENT_VRAM",
+                      "no budget can work: " + "; ".join(f"{b['check']}: {b['message']}" for b in p.blockers)
+                      + _alternatives_text(p) + f" (the derivation is in {path})",
+                      {**first["numbers"], "blockers": len(p.blockers)})
+    if not p.proposed:
+        return [f"no budget proposed: {u}" for u in p.unknown] + [f"derivation written: {path}"]
+    s = p.settings
+    assert s is not None, "a proposal carries its settings"
+    lines = [f"proposed: cpu_offload_gib {s['cpu_offload_gib']}, container_ram_gib {s['container_ram_gib']}, "
+             f"host_headroom_gib {s['host_headroom_gib']} -> {path} (a proposal: copy it into your settings; nothing "
+             "runs from it)"]
+    lines += [f"  alternative, {a['name']}: container_ram_gib {a['container_ram_gib']} ({a['why']})"
+              for a in p.alternatives]
+    return lines + [f"  UNKNOWN: {u}" for u in p.unknown] + [f"  WARNING: {w}" for w in p.warnings]

@@ -1,0 +1,1 @@
+"""Phases 6 and 7: the canary and the frozen benchmark batch, with the request files and protocol they are bound to."""

@@ -1,0 +1,62 @@
+"""What one kit session carries between hooks and fixtures (kept in pytest's stash, never a global)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from onegpu.session.interruption import Cut
+from onegpu.core.outcomes import PHASES
+from onegpu.evidence.receipt import Receipt
+
+
+@dataclass
+class KitSession:
+    """State of the session: the run folder (None until kit tests are selected) and what was shown."""
+
+    options: dict
+    command_line: list[str]
+    run_folder: Path | None = None
+    receipt: Receipt | None = None
+    kind: str = "scan"
+    markexpr: str = ""  # the -m expression as the operator typed it
+    approved: bool = False  # the expression names approve_load for at least one acting test
+    held_back: int = 0  # approve_load tests deselected for want of approval
+    held_for_options: list[str] = field(default_factory=list)  # options whose tests were deselected (not given)
+    held_for_options_count: int = 0
+    shown: dict[str, list[str]] = field(default_factory=lambda: {p: [] for p in PHASES})
+    tables: dict[str, list[str]] = field(default_factory=dict)  # titled blocks printed at the end
+    blocked: dict[str, dict] = field(default_factory=dict)  # nodeid -> Blocked.as_json()
+    replayed: bool = False
+    synthetic_checkpoint: bool = False
+    selected: dict[str, str] = field(default_factory=dict)  # nodeid -> phase of every kit test that will run
+    running: str | None = None  # the kit test in progress (still set when an interrupt cut it)
+    cut: Cut | None = None  # once the timeout backstop cut a test
+
+    def show(self, phase: str, line: str) -> None:
+        """A fact line for the terminal and the receipt (one per fact, in the order established)."""
+        if line not in self.shown[phase]:
+            self.shown[phase].append(line)
+            if self.receipt is None:
+                return
+            if "shown" in self.receipt.data:
+                self.receipt.add(["shown", phase], line)  # one journal line, not every line shown so far
+            else:
+                self.receipt.set("shown", {p: list(lines) for p, lines in self.shown.items()})
+
+    def table(self, title: str, lines: list[str]) -> None:
+        self.tables[title] = lines
+        if self.receipt is None:
+            return
+        if "tables" in self.receipt.data:
+            self.receipt.update("tables", **{title: list(lines)})
+        else:
+            self.receipt.set("tables", {t: list(rows) for t, rows in self.tables.items()})
+
+
+KIT_KEY = pytest.StashKey[KitSession]()
+
+
+def kit_of(config) -> KitSession:
+    return config.stash[KIT_KEY]
