@@ -28,6 +28,8 @@ import time
 import uuid
 from pathlib import Path
 
+from onegpu.evidence.receipt_schema import ReceiptData
+
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 NVML_RECORD = REPO / "tests_offline" / "data" / "nvml" / "h200-nvidia-smi-q.json"
@@ -138,7 +140,7 @@ def wait_for(predicate, timeout_s: float, what: str, step_s: float = 0.1):
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
-def receipt_of(project: Path, out: str) -> dict:
+def receipt_of(project: Path, out: str) -> ReceiptData:
     """The run folder's receipt as its session last recorded it: receipt.json with the journal of a session
     still running (or killed) folded in."""
     from onegpu.evidence.receipt import read_receipt

@@ -353,8 +353,8 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         kit.receipt.data["exit_status"] = int(session.exitstatus)
     kit.receipt.save()
-    refresh_environment(session.config, kit.receipt.data)
-    write_share_summary(kit.run_folder, kit.receipt.data)
+    refresh_environment(session.config, kit.receipt.view())
+    write_share_summary(kit.run_folder, kit.receipt.view())
 
 
 def _cut(kit: KitSession, exitstatus) -> Cut | None:

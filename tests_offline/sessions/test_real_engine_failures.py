@@ -40,6 +40,8 @@ is shown without an engine, and the three sessions of the batch share one projec
 """
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import html
 import json
 import shutil
@@ -75,7 +77,7 @@ def kit_project(tmp_path, real_engine_image):
 
 
 def approve(monkeypatch, project: Path, out: str, *extra: str, extra_args=None, kv_gib: str | None = None,
-            mark: str = "approve_load") -> tuple[Path, dict, str]:
+            mark: str = "approve_load") -> tuple[Path, Mapping[str, Any], str]:
     """One approve_load session in the project: (run folder, receipt, terminal output)."""
     monkeypatch.setenv("ONEGPU_E2E_EXTRA_ARGS", json.dumps(extra_args or []))
     monkeypatch.setenv("ONEGPU_E2E_CPU_KVCACHE_GIB", kv_gib or "1")

@@ -16,9 +16,9 @@ import threading
 from pathlib import Path
 from typing import TextIO
 
+from onegpu.evidence.receipt_schema import SCHEMA, ReceiptData, check_entry, check_write, declared_view
 from onegpu.evidence.rundir import open_private_append, write_json
 
-SCHEMA = "onegpu/receipt@1"
 JOURNAL = "receipt.journal.jsonl"
 
 
@@ -63,12 +63,12 @@ def apply_journal(data: dict, folder: Path) -> dict:
     return data
 
 
-def read_receipt(folder: Path) -> dict:
+def read_receipt(folder: Path) -> ReceiptData:
     """The receipt of a run folder as its session last recorded it, finished or not."""
-    return apply_journal(json.loads((folder / "receipt.json").read_text()), folder)
+    return declared_view(apply_journal(json.loads((folder / "receipt.json").read_text()), folder))
 
 
-def fold_journal(folder: Path) -> dict:
+def fold_journal(folder: Path) -> ReceiptData:
     """Fold the journal into receipt.json (written whole, atomically), then remove it; the receipt."""
     data = read_receipt(folder)
     if (folder / JOURNAL).exists():
@@ -110,14 +110,20 @@ class Receipt:
             self.data["earlier_sessions"] = earlier
         self.save()
 
+    def view(self) -> ReceiptData:
+        """The data as renderers read it: every read checked against the schema (receipt_schema.declared_view)."""
+        return declared_view(self.data)
+
     def set(self, section: str, value) -> None:
         """Replace one top-level section."""
+        check_write(section, value.keys() if isinstance(value, dict) else None)
         with self._lock:
             self.data[section] = value
             self._log(["set", section, value])
 
     def update(self, section: str, **values) -> None:
         """Merge keys into a dict section."""
+        check_write(section, values)
         with self._lock:
             self.data.setdefault(section, {}).update(values)
             self._log(["update", section, values])
@@ -145,6 +151,7 @@ class Receipt:
                 self._log(["add", where, item])
 
     def record_test(self, nodeid: str, entry: dict) -> None:
+        check_entry(entry)
         with self._lock:
             self.data["tests"][nodeid] = entry
             self._log(["update", "tests", {nodeid: entry}], durable=True)

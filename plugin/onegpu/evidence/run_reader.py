@@ -17,6 +17,7 @@ from onegpu.core.jsonable import to_json
 from onegpu.custody.manifest import ManifestError, load_manifest
 from onegpu.evidence.receipt import JOURNAL, SCHEMA as RECEIPT_SCHEMA, apply_journal
 from onegpu.plan.settings import Settings, SettingsError, load_settings
+from onegpu.evidence.receipt_schema import ReceiptData, declared_view
 
 MAX_RECEIPT_BYTES = 200_000_000
 
@@ -28,7 +29,7 @@ class NotARunFolder(ValueError):
 @dataclass(frozen=True)
 class RunFolder:
     path: Path
-    receipt: dict  # receipt.json with the journal folded in
+    receipt: ReceiptData  # receipt.json with the journal folded in
     manifest: dict | None  # manifest.json, when custody ran
     settings: Settings | SettingsError  # settings.json as --settings judges it, or why it does not hold
 
@@ -72,7 +73,7 @@ def read_run(folder: Path) -> RunFolder:
         settings = load_settings(folder / "settings.json")
     except SettingsError as exc:
         settings = exc
-    return RunFolder(folder, receipt, manifest, settings)
+    return RunFolder(folder, declared_view(receipt), manifest, settings)
 
 
 def settings_values(settings: Settings) -> dict:

@@ -1,8 +1,10 @@
 """Pure: per-test outcomes -> one verdict per phase and one line for the whole run."""
 from __future__ import annotations
 
-from onegpu.core.outcomes import HOME_PHASE, consequence
-from onegpu.core.outcomes import PHASES
+from typing import Mapping
+
+from onegpu.core.outcomes import HOME_PHASE, PHASES, consequence
+from onegpu.evidence.receipt_schema import PhaseEntry, TestEntry
 
 # The worst outcome of a phase's tests decides the phase. A phase the session cut (or never reached) is
 # INTERRUPTED whatever its other tests said: what it did not do is unknown, so it can never read PASSED.
@@ -18,11 +20,11 @@ def progress_words(p: dict | None) -> str:
     return f"{p['done']} of {p['of']} {p['unit']}"
 
 
-def phase_verdicts(tests: dict[str, dict], progress: dict[str, dict] | None = None) -> dict[str, dict]:
+def phase_verdicts(tests: Mapping[str, TestEntry], progress: dict[str, dict] | None = None) -> dict[str, PhaseEntry]:
     """{phase: {verdict, code, message, counts}} for every phase, 'NOT RUN' where no test ran; an INTERRUPTED
     phase also carries `progress` ({done, of, unit}) where its requests were counted."""
     progress = progress or {}
-    out: dict[str, dict] = {}
+    out: dict[str, PhaseEntry] = {}
     for phase in PHASES:
         entries = [t for t in tests.values() if t.get("phase") == phase]
         counts: dict[str, int] = {}
@@ -69,7 +71,13 @@ def capacity_tally(capacity: list[dict] | None) -> str:
             + (f", {len(unknown)} UNKNOWN: {', '.join(unknown)}" if unknown else "") + ")")
 
 
-def run_verdict(phases: dict[str, dict], capacity: list[dict] | None = None) -> str:
+def _codes(phase: PhaseEntry) -> list[str]:
+    """A blocked phase's codes, the most consequential first (a receipt written before `codes` has `code` only)."""
+    code = phase.get("code")
+    return phase.get("codes") or ([code] if code else [])
+
+
+def run_verdict(phases: Mapping[str, PhaseEntry], capacity: list[dict] | None = None) -> str:
     """One line: the first interrupted phase (and which others were cut or never reached), else the first
     failure, else the most consequential blocked phase (a capacity failure outranks "replayed" and "image
     missing", and a plan blocked only because nothing may start here says what its capacity checks found),
@@ -91,8 +99,7 @@ def run_verdict(phases: dict[str, dict], capacity: list[dict] | None = None) -> 
             if tally:
                 line = (f"BLOCKED {p['code']} in phase {lead}: {tally}, but nothing could start here: "
                         f"{p.get('message') or 'see the test report'}")
-        others = list(dict.fromkeys(c for ph in blocked for c in phases[ph].get("codes") or [phases[ph]["code"]]
-                                    if c != p["code"]))
+        others = list(dict.fromkeys(c for ph in blocked for c in _codes(phases[ph]) if c != p["code"]))
         return line + (f"; also blocked: {', '.join(others)}" if others else "")
     passed = [ph for ph in PHASES if phases.get(ph, {}).get("verdict") == "PASSED"]
     if not passed:

@@ -14,8 +14,10 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from dataclasses import asdict, dataclass, field
+from typing import cast
 
 from onegpu.core.units import GIB, MIB, gib
+from onegpu.evidence.receipt_schema import ReceiptData
 
 RECEIPT_SCHEMA = "onegpu/receipt@1"
 DEFAULT_UTILIZATION = 0.85  # the kit's fixed --gpu-memory-utilization, used when the run's argv does not say
@@ -108,7 +110,7 @@ def _flag(argv: list, name: str) -> str | None:
     return None
 
 
-def _ready_gpu_used(receipt: dict, samples: list[dict]) -> tuple[int | None, str]:
+def _ready_gpu_used(receipt: ReceiptData, samples: list[dict]) -> tuple[int | None, str]:
     """GPU used at READY: the landing record's reading, else the last sample taken before ready_at."""
     at_ready = _get(receipt, "landing", "at_ready")
     if isinstance(at_ready, dict):
@@ -167,7 +169,7 @@ def run_basis(run_id: str, folder: str, receipt, settings, manifest, samples: li
         raise CalibrationError(f"{where}: the receipt records no selected GPU with its total memory")
     argv = [*(launch.get("entrypoint") or []), *(launch.get("command") or [])]
     util = _flag(argv, "--gpu-memory-utilization")
-    used, note = _ready_gpu_used(receipt, samples)
+    used, note = _ready_gpu_used(cast(ReceiptData, receipt), samples)  # its schema was checked above
     return RunBasis(
         run_id=run_id, folder=folder, checkpoint_files=files, config_sha256=config_sha, image_id=image_id,
         context_tokens=settings.context_tokens, prefill_chunk_tokens=settings.prefill_chunk_tokens,

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from onegpu.core.units import gib
 from onegpu.core.outcomes import PHASES
 from onegpu.evidence.verdicts import progress_words
+from onegpu.evidence.receipt_schema import PhaseEntry, ReceiptData
 
 TIMINGS = ("hashing", "probe", "load", "canary", "batch", "serve")
 BOOT_FACTS = ("kv_cache_gib", "kv_cache_tokens", "max_concurrency", "concurrency_tokens", "load_gib", "load_s",
@@ -27,7 +29,7 @@ class RunEvidence:
     """What compare needs from one run folder (read by onegpu.report.compare_cli)."""
 
     label: str  # how the lines name the folder (its path)
-    receipt: dict
+    receipt: ReceiptData
     manifest: dict | None = None  # manifest.json, when custody ran
     settings: dict = field(default_factory=dict)  # the settings values the session read
 
@@ -103,10 +105,11 @@ def identity_lines(a: RunEvidence, b: RunEvidence) -> list[str]:
     return lines
 
 
-def _phase_text(p: dict | None) -> str:
+def _phase_text(p: PhaseEntry | None) -> str:
     p = p or {}
     done = progress_words(p.get("progress")) if p.get("verdict") == "INTERRUPTED" else ""
-    return f"{p.get('verdict', 'NOT RUN')}{' ' + p['code'] if p.get('code') else ''}{f' ({done})' if done else ''}"
+    code = p.get("code")
+    return f"{p.get('verdict', 'NOT RUN')}{' ' + code if code else ''}{f' ({done})' if done else ''}"
 
 
 def verdict_lines(a: RunEvidence, b: RunEvidence) -> list[str]:
@@ -150,7 +153,7 @@ def _value(key: str, value) -> str:
     return gib(value) if key.endswith(("_bytes", "_bytes_max", "_bytes_min")) else str(value)
 
 
-def _diff_block(title: str, keys, va: dict, vb: dict) -> list[str]:
+def _diff_block(title: str, keys, va: Mapping, vb: Mapping) -> list[str]:
     if bool(va) != bool(vb):
         return [title, f"  recorded in {'A' if va else 'B'} only"]
     rows = [f"  {k}: {_value(k, va.get(k))} -> {_value(k, vb.get(k))}" for k in keys if va.get(k) != vb.get(k)]
@@ -177,8 +180,8 @@ def fact_lines(a: RunEvidence, b: RunEvidence) -> list[str]:
         timing.append(f"  {key}: {'not run' if x is None else x} -> {'not run' if y is None else y}{delta}")
     lines += timing if len(timing) > 1 else [timing[0], "  no timed phase in either run"]
     for what in ("canary", "batch"):
-        sa = (ra.get(what) or {}).get("summary") or {}
-        sb = (rb.get(what) or {}).get("summary") or {}
+        sa = ((ra.get("canary") if what == "canary" else ra.get("batch")) or {}).get("summary") or {}
+        sb = ((rb.get("canary") if what == "canary" else rb.get("batch")) or {}).get("summary") or {}
         if sa or sb:
             lines += _diff_block(f"{what} (UNSCORED counts and transport times)", COUNTS, sa, sb)
     return lines

@@ -8,19 +8,20 @@ from onegpu.core.outcomes import CODES
 from onegpu.core.units import gib
 from onegpu.plan.propose import NOT_SETTINGS
 from onegpu.report.parts import absent, e, kv, num, section, table, text
+from onegpu.evidence.receipt_schema import ReceiptData
 
 OPERATOR = '<span class="og-operator">OPERATOR-SUPPLIED</span> '
 BUDGETS = ("cpu_offload_gib", "container_ram_gib", "host_headroom_gib", "gpu_reserve_gib", "free_floor_gib")
 
 
-def _missing(receipt: dict, key: str, title: str, option: str, value: str, why: str) -> str:
+def _missing(receipt: ReceiptData, key: str, title: str, option: str, value: str, why: str) -> str:
     """A section the receipt lacks: not established (the option was given) or not given (it was not)."""
     if option_given(receipt, option):
         return section(key, title, absent(receipt, "plan"))
     return section(key, title, _not_given(f"{option} {value}", why))
 
 
-def option_given(receipt: dict, option: str) -> bool:
+def option_given(receipt: ReceiptData, option: str) -> bool:
     """Whether the session's command line carried `option` (as `--opt VALUE` or `--opt=VALUE`)."""
     return any(str(a) == option or str(a).startswith(option + "=") for a in receipt.get("command_line") or [])
 
@@ -42,14 +43,14 @@ def _bytes(value) -> str:
     return f"{gib(value)} ({num(value)} bytes)" if isinstance(value, int) else text(value)
 
 
-def _numbers_of(receipt: dict, check: str) -> dict:
+def _numbers_of(receipt: ReceiptData, check: str) -> dict:
     row = next((r for r in receipt.get("capacity") or [] if isinstance(r, dict) and r.get("check") == check), None)
     return (row or {}).get("numbers") or {}
 
 
 # -- near the plan and the capacity --------------------------------------------------------------------------------
 
-def consistency(receipt: dict) -> str:
+def consistency(receipt: ReceiptData) -> str:
     """Does the checkpoint hold what its config promises, and does the image's vLLM take the KV dtype."""
     title = "Checkpoint consistency (warnings never block)"
     c = receipt.get("consistency")
@@ -78,7 +79,7 @@ def consistency(receipt: dict) -> str:
     return section("consistency", title, "".join(body) or absent(receipt, "plan"))
 
 
-def calibration(receipt: dict) -> str:
+def calibration(receipt: ReceiptData) -> str:
     """The non-weight GPU reserve measured in an earlier run (--calibrate-from), or the reserve the plan assumed."""
     title = "GPU reserve calibration"
     c = receipt.get("calibration")
@@ -111,7 +112,7 @@ def calibration(receipt: dict) -> str:
     return section("calibration", title, "".join(body))
 
 
-def proposal(receipt: dict) -> str:
+def proposal(receipt: ReceiptData) -> str:
     """settings-proposed.json: the proposed budgets, the alternatives to measure, every derivation."""
     title = "Proposed settings (a proposal: nothing runs from it)"
     p = receipt.get("proposal")
@@ -167,7 +168,7 @@ def _amount(unit: str, value, signed: bool = False) -> str:
     return f"{sign}{abs(value):,} tokens" if unit == "tokens" else f"{sign}{gib(abs(value))}"
 
 
-def under_floor(receipt: dict) -> str | None:
+def under_floor(receipt: ReceiptData) -> str | None:
     """The one-line alarm when the engine landed under the free-memory floor; None otherwise."""
     floor = (receipt.get("landing") or {}).get("floor") or {}
     if floor.get("status") != "UNDER":
@@ -177,7 +178,7 @@ def under_floor(receipt: dict) -> str | None:
             f"{gib(limit)}{' (ASSUMED)' if floor.get('assumed') else ''} by {gib(abs(margin))}")
 
 
-def landing(receipt: dict) -> str:
+def landing(receipt: ReceiptData) -> str:
     """Where the engine landed at READY against the plan's projection and the free-memory floor."""
     title = "Landing at READY: measured against the plan"
     record = receipt.get("landing")
@@ -216,7 +217,7 @@ def landing(receipt: dict) -> str:
 
 # -- near the UNSCORED batch results ----------------------------------------------------------------------------------
 
-def operator_score(receipt: dict) -> str:
+def operator_score(receipt: ReceiptData) -> str:
     """The native score the operator obtained with their own scorer, labelled as theirs."""
     title = "Operator-supplied score (not computed by the kit)"
     s = receipt.get("operator_score")

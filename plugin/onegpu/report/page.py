@@ -25,6 +25,7 @@ from onegpu.session.state import kit_of
 from onegpu.evidence.run_reader import read_samples, read_settings_values
 from onegpu.report.share_summary import share_text
 from onegpu.core.units import GIB
+from onegpu.evidence.receipt_schema import ReceiptData
 
 REPORT_PLUGIN_NAME = "onegpu-html-report"
 SECTIONS_PLUGIN_NAME = "onegpu-report-sections"
@@ -55,7 +56,7 @@ class KitSections:
         if self.kit.receipt is None:
             return
         folder = self.kit.run_folder
-        prefix.extend(sections(self.kit.receipt.data, read_samples(folder), read_settings_values(folder),
+        prefix.extend(sections(self.kit.receipt.view(), read_samples(folder), read_settings_values(folder),
                                run_files(folder)))
 
 
@@ -67,7 +68,7 @@ def run_files(folder: Path) -> list[tuple[str, int | None]]:
     return sorted(names.items())
 
 
-def write_share_summary(folder: Path, receipt: dict) -> Path:
+def write_share_summary(folder: Path, receipt: ReceiptData) -> Path:
     """summary-share.md (0600) in the run folder, from the receipt and the settings copy only."""
     return write_private(folder / SHARE_NAME, share_text(receipt, read_settings_values(folder)))
 
@@ -90,7 +91,7 @@ def attach_html_report(session, path: Path) -> None:
     report.pytest_sessionstart(session)
 
 
-def environment_rows(receipt: dict) -> dict[str, str]:
+def environment_rows(receipt: ReceiptData) -> dict[str, str]:
     """GPU, driver, RAM and Docker lines for pytest-html's environment table (via pytest-metadata)."""
     hw = receipt.get("hardware") or {}
     rows: dict[str, str] = {"onegpu run": receipt.get("run_folder", "")}
@@ -114,7 +115,7 @@ def environment_rows(receipt: dict) -> dict[str, str]:
     return rows
 
 
-def refresh_environment(config, receipt: dict) -> None:
+def refresh_environment(config, receipt: ReceiptData) -> None:
     """Put the session's facts into pytest-metadata, and the report's environment table, before it is written."""
     config.stash[metadata_key].update(environment_rows(receipt))
     report = config.pluginmanager.get_plugin(REPORT_PLUGIN_NAME)

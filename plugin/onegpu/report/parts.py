@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 from html import escape
+from onegpu.evidence.receipt_schema import ReceiptData
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # terminal colour and cursor sequences in engine log lines
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -92,13 +93,13 @@ def table(header: list[str], rows: list[list], status_col: int | None = None) ->
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def _why_not_run(receipt: dict, phase: str) -> str:
+def _why_not_run(receipt: ReceiptData, phase: str) -> str:
     reasons = sorted({t.get("message") or "" for t in (receipt.get("tests") or {}).values()
                       if t.get("phase") == phase and t.get("outcome") == "deselected"} - {""})
     return "; ".join(reasons) if reasons else "no test of this phase was selected in this session"
 
 
-def absent(receipt: dict, phase: str, what: str = "") -> str:
+def absent(receipt: ReceiptData, phase: str, what: str = "") -> str:
     """Why a section has no data: its phase did not run, was blocked, failed, or recorded nothing."""
     p = (receipt.get("phases") or {}).get(phase) or {}
     verdict = p.get("verdict")

@@ -10,6 +10,7 @@ from onegpu.core.units import gib
 from onegpu.report.insight import landing, operator_score
 from onegpu.report.parts import absent, e, kv, num, section, table, text
 from onegpu.report.svg import memory_plot
+from onegpu.evidence.receipt_schema import ReceiptData
 
 UNSCORED = '<span class="og-unscored">UNSCORED</span> '
 # Each phase's own duration: none of them includes another (hashing is not part of load, and so on).
@@ -19,7 +20,7 @@ TIMINGS = (("hashing", "custody", "SHA-256 manifest of every checkpoint file"),
            ("serve", "serve", "serve window, READY to CLOSED"))
 
 
-def run_sections(receipt: dict, samples: Sequence[dict]) -> list[str]:
+def run_sections(receipt: ReceiptData, samples: Sequence[dict]) -> list[str]:
     """The sections from the runtime probe to the limitations, in phase order; the landing right after the boot
     facts, the operator-supplied score beside the UNSCORED batch figures."""
     return [probe(receipt), custody(receipt), boot(receipt), landing(receipt), timings(receipt),
@@ -38,7 +39,7 @@ def _seconds(value) -> str:
     return f"{value:,.3f} s" if value < 100 else f"{value:,.1f} s"
 
 
-def probe(receipt: dict) -> str:
+def probe(receipt: ReceiptData) -> str:
     """What the runtime probe found in the image."""
     p = receipt.get("probe")
     if not p:
@@ -54,7 +55,7 @@ def probe(receipt: dict) -> str:
         ("time", _seconds(p.get("elapsed_s")))]))
 
 
-def custody(receipt: dict) -> str:
+def custody(receipt: ReceiptData) -> str:
     """Files, bytes, hashing time and what ties the files to the revision."""
     c = receipt.get("custody")
     if not c:
@@ -79,7 +80,7 @@ def custody(receipt: dict) -> str:
     return section("custody", "Custody", "".join(body))
 
 
-def boot(receipt: dict) -> str:
+def boot(receipt: ReceiptData) -> str:
     """The boot log's facts (KV pool, load GiB and seconds), or the boot failure with the log tail."""
     b = receipt.get("boot")
     if not b:
@@ -116,7 +117,7 @@ def boot(receipt: dict) -> str:
     return section("boot", "Boot (from the engine log)", "".join(body))
 
 
-def timings(receipt: dict) -> str:
+def timings(receipt: ReceiptData) -> str:
     """One row per timed phase; a phase that did not run says so."""
     recorded = dict(receipt.get("timings_s") or {})
     rows = []
@@ -129,7 +130,7 @@ def timings(receipt: dict) -> str:
                    "none includes another.</p>" + table(["timing", "what", "seconds"], rows))
 
 
-def memory(receipt: dict, samples: Sequence[dict]) -> str:
+def memory(receipt: ReceiptData, samples: Sequence[dict]) -> str:
     """The GPU memory and host RAM plot over the samples, and their peaks."""
     plot = memory_plot(samples) if samples else None
     peaks = receipt.get("samples") or {}
@@ -167,7 +168,7 @@ def _engine_end(end: dict | None) -> list[tuple[str, object]]:
             ("the engine's own words", end.get("quote") or "none: its log states no reason")]
 
 
-def canary(receipt: dict) -> str:
+def canary(receipt: ReceiptData) -> str:
     """The canary's request file and its UNSCORED counts."""
     c = receipt.get("canary")
     if not c:
@@ -179,7 +180,7 @@ def canary(receipt: dict) -> str:
                    + _summary(c.get("summary")))
 
 
-def batch(receipt: dict) -> str:
+def batch(receipt: ReceiptData) -> str:
     """The frozen batch: request file, protocol identities, UNSCORED counts and rates."""
     b = receipt.get("batch")
     if not b:
@@ -197,7 +198,7 @@ def batch(receipt: dict) -> str:
                    "benchmark's own scorer reads responses.jsonl</p>" + kv(rows) + _summary(b.get("summary")))
 
 
-def serve(receipt: dict) -> str:
+def serve(receipt: ReceiptData) -> str:
     """The serve window and its UNSCORED transport statistics."""
     s = receipt.get("serve")
     if not s:
@@ -226,7 +227,7 @@ def serve(receipt: dict) -> str:
                    f"{e(streams.get('label') or '')}</p>" + kv(rows))
 
 
-def warnings_and_limitations(receipt: dict) -> str:
+def warnings_and_limitations(receipt: ReceiptData) -> str:
     """The run's warnings and limitations, and the standing ones."""
     def items(values, empty):
         return "<ul>" + ("".join(f"<li>{e(v)}</li>" for v in values) or f"<li>{e(empty)}</li>") + "</ul>"

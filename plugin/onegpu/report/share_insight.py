@@ -6,6 +6,7 @@ from __future__ import annotations
 from onegpu.plan.operator_score import LABEL as OPERATOR_LABEL
 from onegpu.core.outcomes import CODES
 from onegpu.report.share_shapes import SHAPES, WITHHELD, as_dict, finite, gib, number, shaped
+from onegpu.evidence.receipt_schema import ReceiptData
 
 
 def _numeric(numbers) -> str:
@@ -14,7 +15,7 @@ def _numeric(numbers) -> str:
                      if SHAPES["word"].fullmatch(str(k)) and finite(v) is not None)
 
 
-def proposal_lines(receipt: dict) -> list[str]:
+def proposal_lines(receipt: ReceiptData) -> list[str]:
     """The proposed budgets (numbers), the reserve they carry, or the codes and numbers that block every budget."""
     p = as_dict(receipt.get("proposal"))
     if not p:
@@ -46,7 +47,7 @@ def proposal_lines(receipt: dict) -> list[str]:
     return [line, f"- the proposal's non-weight GPU reserve {gib(res.get('bytes'))} {source}; {counts}"]
 
 
-def calibration_lines(receipt: dict) -> list[str]:
+def calibration_lines(receipt: ReceiptData) -> list[str]:
     """The calibrated reserve, its run and its two measurements; or the reserve the plan assumed."""
     c = as_dict(receipt.get("calibration"))
     if not c:
@@ -63,7 +64,7 @@ def calibration_lines(receipt: dict) -> list[str]:
             f" and NVML at READY ({nvml}), rounded up to whole MiB; {len(c.get('warnings') or [])} warning(s)"]
 
 
-def consistency_lines(receipt: dict) -> list[str]:
+def consistency_lines(receipt: ReceiptData) -> list[str]:
     """How many consistency checks warned, and which. Their messages stay private: they quote the checkpoint's
     tensor names and config entries (quantization ignored-layer strings can hold anything)."""
     c = as_dict(receipt.get("consistency"))
@@ -91,7 +92,7 @@ def _amount(unit: str, value, signed: bool = False) -> str:
     return f"{sign}{number(abs(v))} tokens" if unit == "tokens" else f"{sign}{gib(abs(v))}"
 
 
-def landing_lines(receipt: dict) -> list[str]:
+def landing_lines(receipt: ReceiptData) -> list[str]:
     """Measured against projected at READY, with each prediction error, and the free-memory floor's status."""
     record = as_dict(receipt.get("landing"))
     if not record:
@@ -117,7 +118,7 @@ def landing_lines(receipt: dict) -> list[str]:
     return out
 
 
-def score_lines(receipt: dict) -> list[str]:
+def score_lines(receipt: ReceiptData) -> list[str]:
     """The operator's native score as they stated it, labelled; never the score file's path."""
     s = as_dict(receipt.get("operator_score"))
     if not s:

@@ -19,6 +19,7 @@ from onegpu.report.share_shapes import SHAPES, WITHHELD, gib, number, shaped
 from onegpu.report.share_shapes import as_dict as _dict, finite as _n
 from onegpu.evidence.verdicts import capacity_tally
 from onegpu.report.share_insight import calibration_lines, consistency_lines, landing_lines, proposal_lines, score_lines
+from onegpu.evidence.receipt_schema import ReceiptData
 
 # Limitations written by the kit's own modules, shared word for word; any other limitation is only counted.
 KNOWN_LIMITATIONS = (GPU_LOCK_LIMITATION,)
@@ -32,7 +33,7 @@ CUT_BY = {"SIGINT": "Ctrl-C (SIGINT)", "SIGTERM": "SIGTERM", "timeout_backstop":
 QUOTED = "reason quoted in the private report"
 
 
-def quoted_codes(receipt: dict) -> set[str]:
+def quoted_codes(receipt: ReceiptData) -> set[str]:
     """The codes for which the receipt holds the engine's own words (boot failure, a death during the
     canary, batch or serve window); the words stay in the private report, only the fact is shared."""
     ends = [_dict(_dict(receipt.get("boot")).get("failure")),
@@ -46,7 +47,7 @@ def meaning(code: str, quoted: set[str]) -> str:
     return CODES.get(code, "") + (f"; {QUOTED}" if code in quoted else "")
 
 
-def verdict_lines(receipt: dict) -> list[str]:
+def verdict_lines(receipt: ReceiptData) -> list[str]:
     """The run's verdict rebuilt from phase codes (the receipt's verdict line holds free text)."""
     phases = _dict(receipt.get("phases"))
     rows: list[tuple[str, str, str]] = []
@@ -97,7 +98,7 @@ def _progress(p) -> str:
     return ""
 
 
-def _banners(receipt: dict) -> list[str]:
+def _banners(receipt: ReceiptData) -> list[str]:
     out = []
     if receipt.get("hardware_source") == "replayed":
         out.append("**HARDWARE FACTS REPLAYED** from a recorded profile: they describe that machine, not the one "
@@ -113,7 +114,7 @@ def _banners(receipt: dict) -> list[str]:
     return out
 
 
-def _one_card(receipt: dict) -> str:
+def _one_card(receipt: ReceiptData) -> str:
     gpu = _dict(_dict(receipt.get("hardware")).get("gpu"))
     devices = [d for d in gpu.get("devices") or [] if isinstance(d, dict)]
     index = _dict(receipt.get("selection")).get("gpu_index")
@@ -125,7 +126,7 @@ def _one_card(receipt: dict) -> str:
             + (f"{others} other card(s) in the machine not counted" if others else "no second card counted"))
 
 
-def model_lines(receipt: dict, settings: dict) -> list[str]:
+def model_lines(receipt: ReceiptData, settings: dict) -> list[str]:
     """Model, revision, image ID, the engine in the image and the checkpoint's layout."""
     image = _dict(receipt.get("image"))
     probe = _dict(receipt.get("probe"))
@@ -148,7 +149,7 @@ def model_lines(receipt: dict, settings: dict) -> list[str]:
     return lines
 
 
-def machine_lines(receipt: dict) -> list[str]:
+def machine_lines(receipt: ReceiptData) -> list[str]:
     """The one-card observation, driver, host RAM and Docker."""
     hw = _dict(receipt.get("hardware"))
     gpu, host, docker = _dict(hw.get("gpu")), _dict(hw.get("host")), _dict(hw.get("docker"))
@@ -185,7 +186,7 @@ def settings_lines(settings: dict) -> list[str]:
             f"request_timeout_s {number(settings.get('request_timeout_s'), ' s', 0)}"]
 
 
-def capacity_lines(receipt: dict) -> list[str]:
+def capacity_lines(receipt: ReceiptData) -> list[str]:
     """Each capacity check's status and code, and the KV-cache estimate."""
     rows = [r for r in receipt.get("capacity") or [] if isinstance(r, dict)]
     if not rows:
@@ -203,7 +204,7 @@ def capacity_lines(receipt: dict) -> list[str]:
     return out
 
 
-def run_lines(receipt: dict) -> list[str]:
+def run_lines(receipt: ReceiptData) -> list[str]:
     """Custody, boot, timings and request counts: numbers and kit sentences only."""
     out = []
     c = _dict(receipt.get("custody"))
@@ -265,7 +266,7 @@ def run_lines(receipt: dict) -> list[str]:
     return out
 
 
-def failure_lines(receipt: dict) -> list[str]:
+def failure_lines(receipt: ReceiptData) -> list[str]:
     """Blocked codes with their meaning and numeric numbers; failed tests by function name."""
     blocked: dict[str, dict] = {}
     failed: list[str] = []
@@ -289,7 +290,7 @@ def failure_lines(receipt: dict) -> list[str]:
     return out or ["- none"]
 
 
-def limitation_lines(receipt: dict) -> list[str]:
+def limitation_lines(receipt: ReceiptData) -> list[str]:
     """Standing limitations, the kit's own recorded ones word for word, and counts of the rest."""
     recorded = [x for x in receipt.get("limitations") or [] if isinstance(x, str)]
     known = [x for x in recorded if x in KNOWN_LIMITATIONS]
@@ -300,7 +301,7 @@ def limitation_lines(receipt: dict) -> list[str]:
             + ([f"- {warnings} warning(s) recorded in the private report"] if warnings else []))
 
 
-def share_text(receipt: dict, settings: dict | None) -> str:
+def share_text(receipt: ReceiptData, settings: dict | None) -> str:
     """summary-share.md's text."""
     settings = settings if isinstance(settings, dict) else {}
     kit = _dict(receipt.get("kit"))

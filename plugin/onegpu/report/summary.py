@@ -7,20 +7,21 @@ The run-phase sections (custody to serve) are in onegpu.report.sections.
 from __future__ import annotations
 
 import shlex
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from onegpu.core.outcomes import CODES
 from onegpu.core.units import gib
 from onegpu.report.insight import calibration, consistency, proposal, under_floor
 from onegpu.report.parts import absent, e, kv, num, page_style, section, table, text
 from onegpu.report.sections import run_sections
+from onegpu.evidence.receipt_schema import ReceiptData
 
 TITLE = "onegpu report: PRIVATE, review before sharing (summary-share.md is the one safe to post publicly)"
 REVIEW_LINE = ("Review before sharing: this report holds local paths, GPU UUIDs, host names, image tags and engine "
                "logs. summary-share.md in the same run folder is the one safe to post publicly.")
 
 
-def sections(receipt: dict, samples: Sequence[dict] = (), settings: dict | None = None,
+def sections(receipt: ReceiptData, samples: Sequence[dict] = (), settings: dict | None = None,
              files: Sequence[tuple[str, int | None]] = ()) -> list[str]:
     """The kit's sections, top down: review line and banners, verdict, facts, settings and plan, checkpoint and its
     consistency, capacity with the reserve's calibration, the proposal, then the run phases, limitations, fact
@@ -30,7 +31,7 @@ def sections(receipt: dict, samples: Sequence[dict] = (), settings: dict | None 
             *run_sections(receipt, list(samples)), fact_lines(receipt), run(receipt, files)]
 
 
-def top(receipt: dict) -> str:
+def top(receipt: ReceiptData) -> str:
     """The page style, the review line and the banners (REPLAYED, SYNTHETIC, ...), first of all; a landing under
     the free-memory floor is one of them."""
     alarm = under_floor(receipt)
@@ -44,7 +45,7 @@ def _verdict_class(line: str) -> str:
             else "og-ok" if line.startswith("NO DEFINITE") else "og-plain")
 
 
-def _counts(counts: dict) -> str:
+def _counts(counts: Mapping[str, int] | None) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted((counts or {}).items())) or "no test"
 
 
@@ -52,7 +53,7 @@ def _numbers(numbers: dict) -> str:
     return ", ".join(f"{k} = {v}" for k, v in (numbers or {}).items())
 
 
-def verdict(receipt: dict) -> str:
+def verdict(receipt: ReceiptData) -> str:
     """The run's verdict in one line, one row per phase, then the blocked reasons with their numbers."""
     line = receipt.get("verdict") or "the session has not finished: no verdict yet (the receipt is mid-run)"
     body = [f'<p class="og-verdict {_verdict_class(line)}">{e(line)}</p>']
@@ -109,7 +110,7 @@ def _gpu_rows(gpu: dict, selected) -> list[list]:
     return rows
 
 
-def facts(receipt: dict) -> str:
+def facts(receipt: ReceiptData) -> str:
     """GPU (every card, the selected one marked), host and Docker facts."""
     hw = receipt.get("hardware")
     if not hw:
@@ -156,7 +157,7 @@ def facts(receipt: dict) -> str:
     return section("facts", "Facts: GPU, host, Docker", "".join(body))
 
 
-def settings_section(receipt: dict, values: dict | None) -> str:
+def settings_section(receipt: ReceiptData, values: dict | None) -> str:
     """The settings file, its values and what was ASSUMED."""
     s = receipt.get("settings")
     if not s:
@@ -189,7 +190,7 @@ def run_line_lines(line: str) -> str:
     return " \\\n    ".join(out)
 
 
-def plan(receipt: dict) -> str:
+def plan(receipt: ReceiptData) -> str:
     """plan.json, the image, the docker run line, mounts, caps and notes."""
     launch, image, record = receipt.get("launch"), receipt.get("image"), receipt.get("plan")
     if not (launch or image or record):
@@ -234,7 +235,7 @@ def plan(receipt: dict) -> str:
     return section("plan", "The launch plan", "".join(body))
 
 
-def checkpoint(receipt: dict) -> str:
+def checkpoint(receipt: ReceiptData) -> str:
     """What the headers and config say about the checkpoint."""
     c = receipt.get("checkpoint")
     if not c:
@@ -254,7 +255,7 @@ def checkpoint(receipt: dict) -> str:
     return section("checkpoint", "Checkpoint (headers and config)", body)
 
 
-def capacity(receipt: dict) -> str:
+def capacity(receipt: ReceiptData) -> str:
     """The capacity verdicts and the KV-cache estimate."""
     rows = receipt.get("capacity")
     if not rows:
@@ -296,7 +297,7 @@ def capacity(receipt: dict) -> str:
     return section("capacity", "Capacity", "".join(body))
 
 
-def fact_lines(receipt: dict) -> str:
+def fact_lines(receipt: ReceiptData) -> str:
     """The fact lines the terminal printed, per phase, folded."""
     shown = receipt.get("shown") or {}
     blocks = [f"<details><summary>{e(phase)} ({len(lines)} lines)</summary><pre class=\"og-pre\">"
@@ -304,7 +305,7 @@ def fact_lines(receipt: dict) -> str:
     return section("lines", "Fact lines as printed in the terminal", "".join(blocks) or "<p>none recorded</p>")
 
 
-def run(receipt: dict, files: Sequence[tuple[str, int | None]]) -> str:
+def run(receipt: ReceiptData, files: Sequence[tuple[str, int | None]]) -> str:
     """The kit version, command line, times and the run folder's files."""
     kit = receipt.get("kit") or {}
     body = kv([("kit", f"{text(kit.get('name'))} {text(kit.get('version'))} (commit {text(kit.get('git_commit'))})"),

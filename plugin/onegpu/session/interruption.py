@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from onegpu.requests.batch import BATCH_STEM
+from onegpu.evidence.receipt_schema import ReceiptData
 
 # pytest-timeout's failure text ("Timeout (>600.0s) from pytest-timeout."): how its signal method reports.
 TIMEOUT_MARK = "from pytest-timeout."
@@ -69,12 +70,13 @@ def _complete_lines(path: Path) -> int:
         return 0
 
 
-def phase_progress(receipt: dict, folder: Path) -> dict[str, dict]:
+def phase_progress(receipt: ReceiptData, folder: Path) -> dict[str, dict]:
     """{phase: {done, of, unit}} for the request phases whose request file was read: answers on disk of the
     requests in the file (a resumed batch counts its earlier sessions' answers too)."""
     out = {}
     for phase in COUNTED:
-        request_file = (receipt.get(phase) or {}).get("request_file") or {}
+        section = receipt.get("canary") if phase == "canary" else receipt.get("batch")
+        request_file = (section or {}).get("request_file") or {}
         total = request_file.get("requests")
         if not isinstance(total, int):
             continue

@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # the type only: the session module imports pytest, and this 
 def summary_lines(kit: KitSession) -> list[str]:
     receipt, run_folder = kit.receipt, kit.run_folder
     assert receipt is not None and run_folder is not None, "a session's summary comes after its run folder opened"
-    data = receipt.data
+    data = receipt.view()
     lines: list[str] = []
     for banner in data.get("banners", []):
         lines.append(f"*** {banner} ***")

@@ -1,0 +1,485 @@
+"""Pure: the sections of receipt.json (schema onegpu/receipt@1), declared once for every writer and every reader.
+
+receipt.json stays plain JSON; these TypedDicts say which sections and which keys it may hold, checked three ways:
+* writes, at run time: `Receipt.set`/`update`/`record_test` refuse a section or key not declared here
+  (`check_write`), so a misspelt field in a writer fails the test that writes it;
+* reads, at run time: renderers get the receipt through `declared_view` (`Receipt.view`, `read_receipt`), whose
+  get, [] and `in` refuse an undeclared key, so a misspelt field in a renderer fails the test that renders it
+  instead of showing "unknown";
+* reads, statically: renderers take `ReceiptData`, so mypy (run by the test command) checks `receipt["key"]` and
+  the declared value types (it types `.get` of an undeclared key as `object`, not as an error: hence the view).
+A section typed `dict[str, ...]` is keyed by names the session chooses (node IDs, phases, table titles). Values
+below the declared keys are plain JSON (Any): their shape is the writing module's (named beside each section).
+The schema's name stays onegpu/receipt@1: declaring it changed no field of the file.
+"""
+from __future__ import annotations
+
+from types import UnionType
+from typing import Any, Union, TypedDict, get_args, get_origin, get_type_hints, is_typeddict
+
+SCHEMA = "onegpu/receipt@1"
+
+
+class KitSection(TypedDict, total=False):
+    name: str
+    version: str
+    git_commit: str | None
+
+
+class TestEntry(TypedDict, total=False):
+    """One kit test's outcome (onegpu.plugin)."""
+    phase: str
+    outcome: str
+    code: str
+    message: str
+    numbers: dict[str, Any]
+    duration_s: float
+    when: str  # pytest's step that failed: setup, call or teardown
+
+
+class PhaseEntry(TypedDict, total=False):
+    """One phase's verdict (onegpu.evidence.verdicts)."""
+    verdict: str
+    code: str | None
+    message: str | None
+    counts: dict[str, int]
+    codes: list[str]  # every blocked code of the phase, the most consequential first
+    progress: dict[str, Any] | None  # {done, of, unit} of an interrupted request phase
+
+
+class InterruptedSection(TypedDict, total=False):
+    by: Any
+    phase: Any
+    test: Any
+    words: Any
+
+class HardwareSection(TypedDict, total=False):
+    description: Any
+    docker: Any
+    gpu: Any
+    host: Any
+    notes: Any
+    profile: Any
+    recorded_at: Any
+    schema: Any
+    source: Any
+
+class ReplaySection(TypedDict, total=False):
+    name: Any
+    profile: Any
+
+class SelectionSection(TypedDict, total=False):
+    gpu_index: Any
+    gpu_name: Any
+    gpu_uuid: Any
+
+class SettingsSection(TypedDict, total=False):
+    assumed: Any
+    path: Any
+    schema: Any
+    sha256: Any
+    values: Any
+
+class CheckpointSection(TypedDict, total=False):
+    architectures: Any
+    bytes_by_dtype: Any
+    bytes_by_role: Any
+    disk_free_bytes: Any
+    files: Any
+    hf_cache_repo: Any
+    hf_revision: Any
+    index_file: Any
+    index_total_size: Any
+    model_type: Any
+    packed_bytes_by_dtype: Any
+    params_by_dtype: Any
+    quant: Any
+    root: Any
+    shards: Any
+    synthetic: Any
+    tensor_count: Any
+    tokenizer_files: Any
+    weight_bytes: Any
+
+class KvCacheSection(TypedDict, total=False):
+    accounting: Any
+    async_scheduling: Any
+    block_size: Any
+    bytes: Any
+    bytes_per_token_full: Any
+    context_tokens: Any
+    dtype_bytes: Any
+    kv_dtype: Any
+    layers: Any
+    notes: Any
+    pool: Any
+    prefill_chunk_tokens: Any
+    unknown_reason: Any
+
+class ImageSection(TypedDict, total=False):
+    architecture: Any
+    created: Any
+    id: Any
+    os: Any
+    reference: Any
+    repo_digests: Any
+    repo_tags: Any
+    size_bytes: Any
+
+class LaunchSection(TypedDict, total=False):
+    cap_drop: Any
+    command: Any
+    docker_run_line: Any
+    engine_platform: Any
+    entrypoint: Any
+    environment: Any
+    flags_used: Any
+    gpu_uuid: Any
+    image_id: Any
+    init: Any
+    labels: Any
+    mem_limit_bytes: Any
+    memswap_limit_bytes: Any
+    model_arg: Any
+    mounts: Any
+    name: Any
+    nano_cpus: Any
+    network_mode: Any
+    notes: Any
+    pids_limit: Any
+    security_opt: Any
+    shm_size_bytes: Any
+    socket_dir: Any
+    socket_path: Any
+    tmpfs: Any
+    towers: Any
+    user: Any
+
+class PlanSection(TypedDict, total=False):
+    approved: Any
+    path: Any
+    sha256: Any
+
+class ConsistencySection(TypedDict, total=False):
+    checks: Any
+    kv_dtype_at_probe: Any
+    probe_vllm_version: Any
+    vllm_version: Any
+    vllm_version_source: Any
+
+class CalibrationSection(TypedDict, total=False):
+    estimates: Any
+    folder: Any
+    gpu_name: Any
+    how: Any
+    image_id: Any
+    reserve_bytes: Any
+    rows: Any
+    run_id: Any
+    vllm_version: Any
+    warnings: Any
+
+class ProposalSection(TypedDict, total=False):
+    alternatives: Any
+    blockers: Any
+    derivation: Any
+    path: Any
+    proposed: Any
+    reserve: Any
+    settings: Any
+    sha256: Any
+    unknown: Any
+    warnings: Any
+
+class OperatorScoreSection(TypedDict, total=False):
+    computed_by_kit: Any
+    file: Any
+    file_sha256: Any
+    label: Any
+    mismatches: Any
+    operator_supplied: Any
+    record: Any
+
+class LeftoversSection(TypedDict, total=False):
+    containers: Any
+    removed_any: Any
+
+class GpuLockSection(TypedDict, total=False):
+    gpu_uuid: Any
+    pid: Any
+    since: Any
+
+class ProbeSection(TypedDict, total=False):
+    cuda_device_count: Any
+    elapsed_s: Any
+    errors: Any
+    expected_platform: Any
+    flags_checked: Any
+    flags_known: Any
+    help_modes: Any
+    missing_flags: Any
+    passed: Any
+    platform: Any
+    torch_version: Any
+    vllm_version: Any
+
+class EngineSection(TypedDict, total=False):
+    boot_elapsed_s: Any
+    container_id: Any
+    created_at: Any
+    end: Any
+    log: Any
+    name: Any
+    pid: Any
+    ready_at: Any
+    reaper_pid: Any
+    started_at: Any
+
+class BootSection(TypedDict, total=False):
+    code: Any
+    elapsed_s: Any
+    facts: Any
+    failure: Any
+    message: Any
+    numbers: Any
+    ready: Any
+
+class SamplesSection(TypedDict, total=False):
+    container_memory_bytes_max: Any
+    count: Any
+    errors: Any
+    gpu_free_bytes_min: Any
+    gpu_power_w_max: Any
+    gpu_used_bytes_max: Any
+    gpu_util_percent_max: Any
+    host_available_bytes_min: Any
+
+class LandingSection(TypedDict, total=False):
+    at: Any
+    at_ready: Any
+    errors: Any
+    floor: Any
+    measured: Any
+    pinning: Any
+    projected: Any
+    warnings: Any
+
+class CustodySection(TypedDict, total=False):
+    authentication: Any
+    created_at: Any
+    hashing: Any
+    hf_cache_repo: Any
+    manifest: Any
+    recheck: Any
+    revision: Any
+    root: Any
+    schema: Any
+    source: Any
+    totals: Any
+    warnings: Any
+
+class DeadlinesSection(TypedDict, total=False):
+    request_timeout_s: Any
+    requests_deadline_counted_from: Any
+    requests_deadline_s: Any
+
+class CanarySection(TypedDict, total=False):
+    label: Any
+    needle: Any
+    needle_check: Any
+    request_file: Any
+    session_run: Any
+    summary: Any
+
+class BatchSection(TypedDict, total=False):
+    label: Any
+    protocol: Any
+    request_file: Any
+    resumed: Any
+    session_run: Any
+    summary: Any
+
+class ServeSection(TypedDict, total=False):
+    closed_at: Any
+    closed_reason: Any
+    connection_file: Any
+    cut_in_flight: Any
+    deadline: Any
+    engine_end: Any
+    model: Any
+    note: Any
+    ready_at: Any
+    state: Any
+    transport: Any
+    url: Any
+    window_s: Any
+
+
+class ReceiptData(TypedDict, total=False):
+    """receipt.json. Header and session bookkeeping first, then the sections in the order the phases write them."""
+    schema: str
+    kit: KitSection
+    command_line: list[str]
+    working_folder: str
+    kind: str
+    run_folder: str
+    hardware_source: str
+    started_at: str
+    finished_at: str | None
+    tests: dict[str, TestEntry]
+    phases: dict[str, PhaseEntry]
+    timings_s: dict[str, float]
+    warnings: list[str]
+    limitations: list[str]
+    banners: list[str]
+    shown: dict[str, list[str]]
+    tables: dict[str, list[str]]
+    earlier_sessions: list[ReceiptData]  # what a resumed run folder's earlier sessions recorded
+    timeout_backstop_s: float
+    interrupted: InterruptedSection
+    reaper: dict[str, Any]  # {closed, reason, at}: written by the reaper when the session died (onegpu.engine.reaper)
+    verdict: str
+    exit_status: int
+    # machine (onegpu.fixtures.machine)
+    hardware: HardwareSection
+    replay: ReplaySection
+    selection: SelectionSection
+    # plan (onegpu.fixtures.plan, onegpu.fixtures.insight)
+    settings: SettingsSection
+    settings_errors: list[Any]
+    checkpoint: CheckpointSection
+    kv_cache: KvCacheSection
+    capacity: list[dict[str, Any]]
+    capacity_accounting: dict[str, Any]
+    image: ImageSection
+    launch: LaunchSection
+    plan: PlanSection
+    consistency: ConsistencySection
+    calibration: CalibrationSection
+    proposal: ProposalSection
+    operator_score: OperatorScoreSection
+    # engine (onegpu.fixtures.engine)
+    leftovers: LeftoversSection
+    gpu_lock: GpuLockSection
+    probe: ProbeSection
+    engine: EngineSection
+    boot: BootSection
+    samples: SamplesSection  # the peaks and counts of samples.jsonl (onegpu.engine.sampler)
+    landing: LandingSection
+    # custody, requests, serve (onegpu.fixtures.custody, requests, serve)
+    custody: CustodySection
+    request_errors: dict[str, Any]
+    deadlines: DeadlinesSection
+    canary: CanarySection
+    batch: BatchSection
+    serve: ServeSection
+
+
+SECTIONS = frozenset(ReceiptData.__annotations__)
+
+
+class UndeclaredReceiptField(KeyError):
+    """A writer or a reader used a section or key that this module does not declare."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+_HINTS_CACHE: dict[Any, dict[str, Any]] = {}
+
+
+def _hints(kind: Any) -> dict[str, Any]:
+    found = _HINTS_CACHE.get(kind)
+    if found is None:
+        found = _HINTS_CACHE[kind] = get_type_hints(kind)
+    return found
+
+
+def _undeclared(where: str, key: Any) -> None:
+    raise UndeclaredReceiptField(f"receipt field {where}.{key} is not declared in onegpu.evidence.receipt_schema")
+
+
+def check_write(section: str, keys: Any = None) -> None:
+    """Raise UndeclaredReceiptField unless `section` is declared and, where its type is a TypedDict, every key of
+    `keys` (the keys written into it) is declared there too."""
+    if section not in SECTIONS:
+        _undeclared("receipt", section)
+    kind = _hints(ReceiptData)[section]
+    if is_typeddict(kind) and keys is not None:
+        declared = _hints(kind)
+        for key in keys:
+            if key not in declared:
+                _undeclared(section, key)
+
+
+def undeclared_fields(value: Any, kind: Any = ReceiptData, where: str = "receipt") -> list[str]:
+    """Every field of `value` (as read from a receipt.json) that `kind` does not declare, as dotted paths."""
+    if get_origin(kind) in (Union, UnionType):
+        kind = next((k for k in get_args(kind) if k is not type(None)), Any)
+    out: list[str] = []
+    if is_typeddict(kind) and isinstance(value, dict):
+        hints = _hints(kind)
+        for key, item in value.items():
+            if key in hints:
+                out += undeclared_fields(item, hints[key], f"{where}.{key}")
+            else:
+                out.append(f"{where}.{key}")
+    elif get_origin(kind) is dict and is_typeddict(get_args(kind)[1]) and isinstance(value, dict):
+        for key, item in value.items():
+            out += undeclared_fields(item, get_args(kind)[1], f"{where}[{key!r}]")
+    elif get_origin(kind) is list and get_args(kind) and isinstance(value, list):
+        for item in value:
+            out += undeclared_fields(item, get_args(kind)[0], f"{where}[]")
+    return out
+
+
+def check_entry(entry: dict) -> None:
+    """A test's outcome entry against TestEntry."""
+    for key in entry:
+        if key not in _hints(TestEntry):
+            _undeclared("tests[]", key)
+
+
+class _Declared(dict):
+    """A receipt dict whose reads are checked: get, [], `in` with a key its TypedDict does not declare raise
+    UndeclaredReceiptField (a misspelt field in a renderer fails the test that renders it); the values of declared
+    TypedDict type come back checked the same way. Otherwise a plain dict (json.dumps, iteration, copies)."""
+
+    __slots__ = ("_where", "_kinds")
+
+    def __init__(self, data: dict, kind: Any, where: str):
+        super().__init__(data)
+        self._where, self._kinds = where, _hints(kind)
+
+    def _kind(self, key: Any) -> Any:
+        kind = self._kinds.get(key)
+        if kind is None:
+            _undeclared(self._where, key)
+        return kind
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        kind = self._kind(key)
+        return declared_view(super().get(key, default), kind, f"{self._where}.{key}")
+
+    def __getitem__(self, key: Any) -> Any:
+        kind = self._kind(key)
+        return declared_view(super().__getitem__(key), kind, f"{self._where}.{key}")
+
+    def __contains__(self, key: Any) -> bool:
+        self._kind(key)
+        return super().__contains__(key)
+
+
+def declared_view(value: Any, kind: Any = ReceiptData, where: str = "receipt") -> Any:
+    """`value` with its reads checked against `kind` (a TypedDict, or a dict or list of them); other values as
+    they are."""
+    if get_origin(kind) in (Union, UnionType):
+        kind = next((k for k in get_args(kind) if k is not type(None)), Any)
+    if is_typeddict(kind) and isinstance(value, dict) and not isinstance(value, _Declared):
+        return _Declared(value, kind, where)
+    origin, args = get_origin(kind), get_args(kind)
+    if origin is dict and len(args) == 2 and is_typeddict(args[1]) and isinstance(value, dict):
+        return {k: declared_view(v, args[1], f"{where}[{k!r}]") for k, v in value.items()}
+    if origin is list and args and is_typeddict(args[0]) and isinstance(value, list):
+        return [declared_view(v, args[0], f"{where}[]") for v in value]
+    return value
