@@ -20,7 +20,7 @@ from devkit.real_engine import tiny_models
 from tests_offline.paths import REPO_ROOT
 
 ROOT = REPO_ROOT
-PROBE = ROOT / "tests_offline" / "real_engine" / "vllm_kv_accounting.py"
+PROBE = ROOT / "devkit" / "real_engine" / "vllm_kv_accounting.py"
 LOGS = ROOT / "tests_offline" / "data" / "engine_logs"
 IDS = {"bos_token_id": 1024, "eos_token_id": 1026, "pad_token_id": 1024}
 

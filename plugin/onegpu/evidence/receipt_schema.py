@@ -53,6 +53,7 @@ class InterruptedSection(TypedDict, total=False):
     test: Any
     words: Any
 
+
 class HardwareSection(TypedDict, total=False):
     description: Any
     docker: Any
@@ -64,14 +65,17 @@ class HardwareSection(TypedDict, total=False):
     schema: Any
     source: Any
 
+
 class ReplaySection(TypedDict, total=False):
     name: Any
     profile: Any
+
 
 class SelectionSection(TypedDict, total=False):
     gpu_index: Any
     gpu_name: Any
     gpu_uuid: Any
+
 
 class SettingsSection(TypedDict, total=False):
     assumed: Any
@@ -79,6 +83,7 @@ class SettingsSection(TypedDict, total=False):
     schema: Any
     sha256: Any
     values: Any
+
 
 class CheckpointSection(TypedDict, total=False):
     architectures: Any
@@ -101,6 +106,7 @@ class CheckpointSection(TypedDict, total=False):
     tokenizer_files: Any
     weight_bytes: Any
 
+
 class KvCacheSection(TypedDict, total=False):
     accounting: Any
     async_scheduling: Any
@@ -116,6 +122,7 @@ class KvCacheSection(TypedDict, total=False):
     prefill_chunk_tokens: Any
     unknown_reason: Any
 
+
 class ImageSection(TypedDict, total=False):
     architecture: Any
     created: Any
@@ -125,6 +132,7 @@ class ImageSection(TypedDict, total=False):
     repo_digests: Any
     repo_tags: Any
     size_bytes: Any
+
 
 class LaunchSection(TypedDict, total=False):
     cap_drop: Any
@@ -155,10 +163,12 @@ class LaunchSection(TypedDict, total=False):
     towers: Any
     user: Any
 
+
 class PlanSection(TypedDict, total=False):
     approved: Any
     path: Any
     sha256: Any
+
 
 class ConsistencySection(TypedDict, total=False):
     checks: Any
@@ -166,6 +176,7 @@ class ConsistencySection(TypedDict, total=False):
     probe_vllm_version: Any
     vllm_version: Any
     vllm_version_source: Any
+
 
 class CalibrationSection(TypedDict, total=False):
     estimates: Any
@@ -179,6 +190,7 @@ class CalibrationSection(TypedDict, total=False):
     vllm_version: Any
     warnings: Any
 
+
 class ProposalSection(TypedDict, total=False):
     alternatives: Any
     blockers: Any
@@ -191,6 +203,7 @@ class ProposalSection(TypedDict, total=False):
     unknown: Any
     warnings: Any
 
+
 class OperatorScoreSection(TypedDict, total=False):
     computed_by_kit: Any
     file: Any
@@ -200,16 +213,20 @@ class OperatorScoreSection(TypedDict, total=False):
     operator_supplied: Any
     record: Any
 
+
 class LeftoversSection(TypedDict, total=False):
     containers: Any
     removed_any: Any
+
 
 class GpuLockSection(TypedDict, total=False):
     gpu_uuid: Any
     pid: Any
     since: Any
 
+
 class ProbeSection(TypedDict, total=False):
+    code: Any  # code, message, numbers: a blocked probe (Blocked.as_json)
     cuda_device_count: Any
     elapsed_s: Any
     errors: Any
@@ -217,11 +234,14 @@ class ProbeSection(TypedDict, total=False):
     flags_checked: Any
     flags_known: Any
     help_modes: Any
+    message: Any
     missing_flags: Any
+    numbers: Any
     passed: Any
     platform: Any
     torch_version: Any
     vllm_version: Any
+
 
 class EngineSection(TypedDict, total=False):
     boot_elapsed_s: Any
@@ -233,7 +253,9 @@ class EngineSection(TypedDict, total=False):
     pid: Any
     ready_at: Any
     reaper_pid: Any
+    stale_socket_removed: Any
     started_at: Any
+
 
 class BootSection(TypedDict, total=False):
     code: Any
@@ -243,6 +265,7 @@ class BootSection(TypedDict, total=False):
     message: Any
     numbers: Any
     ready: Any
+
 
 class SamplesSection(TypedDict, total=False):
     container_memory_bytes_max: Any
@@ -254,6 +277,7 @@ class SamplesSection(TypedDict, total=False):
     gpu_util_percent_max: Any
     host_available_bytes_min: Any
 
+
 class LandingSection(TypedDict, total=False):
     at: Any
     at_ready: Any
@@ -263,6 +287,7 @@ class LandingSection(TypedDict, total=False):
     pinning: Any
     projected: Any
     warnings: Any
+
 
 class CustodySection(TypedDict, total=False):
     authentication: Any
@@ -278,10 +303,12 @@ class CustodySection(TypedDict, total=False):
     totals: Any
     warnings: Any
 
+
 class DeadlinesSection(TypedDict, total=False):
     request_timeout_s: Any
     requests_deadline_counted_from: Any
     requests_deadline_s: Any
+
 
 class CanarySection(TypedDict, total=False):
     label: Any
@@ -291,6 +318,7 @@ class CanarySection(TypedDict, total=False):
     session_run: Any
     summary: Any
 
+
 class BatchSection(TypedDict, total=False):
     label: Any
     protocol: Any
@@ -298,6 +326,7 @@ class BatchSection(TypedDict, total=False):
     resumed: Any
     session_run: Any
     summary: Any
+
 
 class ServeSection(TypedDict, total=False):
     closed_at: Any
