@@ -11,9 +11,10 @@ import psutil
 import pytest
 
 from onegpu.machine.host import (
-    UNLIMITED_AT, disk_facts, parse_cpu_list, parse_limit, parse_meminfo, parse_memlock, parse_thp, read_cgroup,
-    read_host_facts,
+    UNLIMITED_AT, disk_facts, parse_cpu_list, parse_iommu_cmdline, parse_limit, parse_meminfo, parse_memlock,
+    parse_thp, read_cgroup, read_host_facts, read_iommu,
 )
+from onegpu.machine.model import IommuFacts
 
 GiB = 2**30
 # What cgroup v1 writes for "no limit" on 4 KiB pages (PAGE_COUNTER_MAX rounded down to a page).
@@ -281,6 +282,67 @@ def test_disk_of_a_path_not_yet_created_is_measured_at_its_nearest_ancestor(tmp_
     assert abs(disk.free_bytes - usage.free) < 64 * 2**20  # other writers share the disk
 
 
+# --- IOMMU ---------------------------------------------------------------------------------------------
+
+CMDLINE = "BOOT_IMAGE=/vmlinuz-6.8.0 root=UUID=1234 ro intel_iommu=on iommu=pt iommu.strict=0 quiet splash\n"
+
+
+def iommu_tree(tmp_path, *, units=("dmar0", "dmar1"), groups=None, cmdline=CMDLINE) -> Path:
+    """A fake /sys and /proc: IOMMU units as folders of /sys/class/iommu, groups with their domain type."""
+    groups = {"0": "DMA-FQ", "1": "identity", "2": "DMA-FQ", "3": None} if groups is None else groups
+    files = {f"sys/kernel/iommu_groups/{g}/type": t + "\n" for g, t in groups.items() if t is not None}
+    files |= {f"sys/kernel/iommu_groups/{g}/reset_method": "flr\n" for g, t in groups.items() if t is None}
+    files |= {f"sys/class/iommu/{unit}/uevent": "" for unit in units}
+    files |= {"sys/class/net/lo/uevent": ""}
+    if cmdline is not None:
+        files["proc/cmdline"] = cmdline
+    root = make_tree(tmp_path, files)
+    for folder in ("sys/class/iommu", "sys/kernel/iommu_groups"):  # present even when empty
+        (root / folder).mkdir(parents=True, exist_ok=True)
+    return root
+
+
+@pytest.mark.parametrize("text, expected", [
+    (CMDLINE, ["intel_iommu=on", "iommu=pt", "iommu.strict=0"]),
+    ("ro amd_iommu=off iommu.passthrough=1 quiet\n", ["amd_iommu=off", "iommu.passthrough=1"]),
+    ("ro quiet noiommu_words=1\n", []),
+    (None, None),
+])
+def test_iommu_words_of_the_kernel_command_line(text, expected):
+    assert parse_iommu_cmdline(text) == expected
+
+
+def test_active_iommu_with_groups_and_their_domain_types(tmp_path):
+    root = iommu_tree(tmp_path)
+    assert read_iommu(root / "proc", root / "sys") == IommuFacts(
+        active=True, groups=4, domain_types=["DMA-FQ", "identity"],
+        cmdline=["intel_iommu=on", "iommu=pt", "iommu.strict=0"])
+
+
+def test_no_iommu_unit_is_an_inactive_iommu(tmp_path):
+    root = iommu_tree(tmp_path, units=(), groups={}, cmdline="ro intel_iommu=off\n")
+    assert read_iommu(root / "proc", root / "sys") == IommuFacts(
+        active=False, groups=0, domain_types=[], cmdline=["intel_iommu=off"])
+
+
+def test_no_iommu_class_at_all_is_inactive_when_sys_class_is_readable(tmp_path):
+    root = make_tree(tmp_path, {"sys/class/net/lo/uevent": "", "proc/cmdline": "ro\n"})
+    assert read_iommu(root / "proc", root / "sys") == IommuFacts(active=False, groups=None, domain_types=[],
+                                                                 cmdline=[])
+
+
+def test_unreadable_iommu_facts_are_unknown_not_off(tmp_path):
+    assert read_iommu(tmp_path / "proc", tmp_path / "sys") == IommuFacts(active=None, groups=None,
+                                                                         domain_types=[], cmdline=None)
+
+
+def test_host_facts_carry_the_iommu(tmp_path):
+    root = iommu_tree(tmp_path)
+    make_tree(root, base_proc(""))
+    host = read(root)
+    assert host.iommu is not None and host.iommu.active is True and host.iommu.groups == 4
+
+
 # --- this machine ----------------------------------------------------------------------------------------
 
 def test_live_host_facts_agree_with_independent_sources(tmp_path):
@@ -299,3 +361,9 @@ def test_live_host_facts_agree_with_independent_sources(tmp_path):
     statvfs = os.statvfs(tmp_path)
     assert host.disks[0].total_bytes == statvfs.f_blocks * statvfs.f_frsize
     assert host.kernel == os.uname().release
+    iommu_units = Path("/sys/class/iommu")
+    assert host.iommu is not None
+    assert host.iommu.active == (bool(os.listdir(iommu_units)) if iommu_units.is_dir() else False)
+    words = Path("/proc/cmdline").read_text().split()
+    assert host.iommu.cmdline == [w for w in words if w.partition("=")[0] in ("intel_iommu", "amd_iommu", "iommu")
+                                  or w.startswith("iommu.")]

@@ -1,4 +1,5 @@
-"""Recorded hardware profiles and --hardware replay: the research target, an H200 host, a 24 GB desktop."""
+"""Recorded hardware profiles and --hardware replay: the research target, an H200 host, a 24 GB desktop, and two
+multi-card towers of the research target's card (peer access off by default; forced on)."""
 from __future__ import annotations
 
 import html
@@ -9,18 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from onegpu.machine import checks
+from onegpu.machine import checks, gpu_set
 from onegpu.machine.hardware import replay
-from onegpu.machine.model import SCHEMA, facts_to_json, load_profile
-from onegpu.core.jsonable import FactsFormatError
+from onegpu.machine.model import SCHEMA, GpuFacts, facts_from_json, facts_to_json, load_profile
+from onegpu.core.jsonable import FactsFormatError, from_json
 from onegpu.core.outcomes import Blocked
-from tests_offline.paths import PROFILES, REPO_ROOT
+from tests_offline.paths import DATA, PROFILES, REPO_ROOT
 
 MiB, GiB = 2**20, 2**30
 RESEARCH = PROFILES / "research-target-rtx-pro-6000-96gb.json"
 H200 = PROFILES / "h200-141gb-host.json"
 CONSUMER = PROFILES / "consumer-24gb-desktop.json"
-ALL = [RESEARCH, H200, CONSUMER]
+TWO_CARDS = PROFILES / "two-card-tower-rtx-pro-6000-96gb.json"
+THREE_CARDS = PROFILES / "three-card-tower-rtx-pro-6000-96gb.json"
+ALL = [RESEARCH, H200, CONSUMER, TWO_CARDS, THREE_CARDS]
 
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: p.stem)
@@ -74,6 +77,79 @@ def test_h200_and_consumer_profiles():
         assert checks.require_host_ram(facts.host).endswith("swap {0} total, {1} free".format(
             *(f"{b / GiB:,.2f} GiB" for b in (facts.host.swap_total_bytes, facts.host.swap_free_bytes))))
         assert checks.describe_cpus(facts.host).startswith(f"CPUs online {facts.host.cpus_online}")
+
+
+# --- facts written before the multi-GPU reads ---------------------------------------------------------------
+
+def without_multi_gpu_fields(data: dict) -> dict:
+    """A profile as written before BAR1, the pairs of cards and the IOMMU were read."""
+    data = json.loads(json.dumps(data))
+    for device in data["gpu"]["devices"]:
+        del device["bar1_total_bytes"]
+    del data["gpu"]["links"], data["host"]["iommu"]
+    return data
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.stem)
+def test_a_profile_without_the_multi_gpu_fields_still_loads(path):
+    old = without_multi_gpu_fields(json.loads(path.read_text()))
+    facts = facts_from_json(old)
+    assert facts.gpu.links == [] and facts.host.iommu is None
+    assert all(d.bar1_total_bytes is None for d in facts.gpu.devices)
+    assert facts.gpu.devices[0].total_bytes == load_profile(path).gpu.devices[0].total_bytes
+
+
+@pytest.mark.parametrize("run", ["stub-load-oom", "stub-ready-8k"])
+def test_an_old_run_folders_gpu_facts_still_load(run):
+    receipt = json.loads((DATA / "runs" / run / "receipt.json").read_text())
+    gpu = from_json(GpuFacts, receipt["hardware"]["gpu"])
+    assert gpu.devices[0].name == "NVIDIA H200" and gpu.links == [] and gpu.devices[0].bar1_total_bytes is None
+
+
+# --- the multi-card towers ---------------------------------------------------------------------------------------
+
+def test_multi_card_profiles_say_what_they_are_composed_from():
+    for path in (TWO_CARDS, THREE_CARDS):
+        description = load_profile(path).description
+        assert "TP3 MiMo-V2.5" in description and "three 96 GB RTX PRO 6000" in description
+        assert "driver disables PCIe peer access by default" in description
+        assert "left null, not guessed" in description
+    three = load_profile(THREE_CARDS).description
+    assert "ForceP2P" in three and "IOMMU off" in three and "resizable BAR on" in three
+
+
+def test_two_card_tower_blocks_on_peer_access_the_driver_leaves_off():
+    facts = load_profile(TWO_CARDS)
+    devices = gpu_set.select_gpu_set(facts.gpu, [0, 1])
+    assert [d.name for d in devices] == ["NVIDIA RTX PRO 6000 Blackwell Workstation Edition"] * 2
+    assert len({d.uuid for d in devices}) == 2
+    assert len(gpu_set.require_whole_cards(devices)) == len(gpu_set.require_idle_set(devices)) == 2
+    with pytest.raises(Blocked) as blocked:
+        gpu_set.require_peer_access(facts.gpu, devices)
+    assert blocked.value.code == "P2P_DISABLED"
+    assert blocked.value.numbers == {"pairs": 1, "pairs_without_peer_access": 1}
+    assert "GPU 0 <-> GPU 1: DISABLED_BY_REGKEY" in blocked.value.message
+    (line,) = gpu_set.describe_links(facts.gpu, devices)
+    assert line == ("GPU 0 <-> GPU 1: across PCIe host bridges (root complexes) within one NUMA node (NVML topology "
+                    "NODE); peer access read disabled by the driver's registry key, write disabled by the driver's "
+                    "registry key; direct NVLink links 0")
+    assert gpu_set.describe_p2p_preconditions(facts.host, devices) == [
+        "IOMMU: unknown (not reported)", "GPU 0: BAR1 not reported", "GPU 1: BAR1 not reported"]
+
+
+def test_three_card_tower_with_peer_access_forced_on_passes():
+    facts = load_profile(THREE_CARDS)
+    third = facts.gpu.devices[2]
+    devices = gpu_set.select_gpu_set(facts.gpu, [0, 1, third.uuid])
+    assert [d.index for d in devices] == [0, 1, 2]
+    assert gpu_set.require_peer_access(facts.gpu, devices) == [
+        "GPU 0 <-> GPU 1: peer access read OK", "GPU 0 <-> GPU 2: peer access read OK",
+        "GPU 1 <-> GPU 2: peer access read OK"]
+    assert all("topology unknown (not reported); peer access read OK, write OK; direct NVLink links 0" in line
+               for line in gpu_set.describe_links(facts.gpu, devices))
+    iommu, *bars = gpu_set.describe_p2p_preconditions(facts.host, devices)
+    assert iommu.startswith("IOMMU: not active; groups unknown (not reported)")
+    assert bars == [f"GPU {i}: large BAR: BAR1 128.00 GiB >= memory 95.59 GiB" for i in range(3)]
 
 
 # --- malformed profiles ----------------------------------------------------------------------------------

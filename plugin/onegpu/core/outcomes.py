@@ -17,6 +17,7 @@ CODES: dict[str, str] = {
     "GPU_BUSY": "other compute processes already hold memory on the selected GPU",
     "GPU_LOCKED": "another kit session holds the lock on the selected GPU",
     "MIG_ENABLED": "the selected GPU is in MIG mode; the kit needs the whole card",
+    "P2P_DISABLED": "the driver reports peer access off between GPUs of the multi-GPU set",
     "HOST_RAM_UNSTATED": "a replayed profile leaves host RAM unset and the operator has not stated it",
     "NO_DOCKER": "no Docker daemon answers",
     "NO_GPU_IN_CONTAINERS": "the Docker daemon cannot hand NVIDIA GPUs to containers",

@@ -27,18 +27,35 @@ def describe_gpu(d: GpuDevice) -> str:
     return (f"GPU {d.index} {d.name} {d.uuid} at {d.pci_bus_id}: total {gib(d.total_bytes)}, driver-reported "
             f"free {gib(d.free_bytes)}, used {gib(d.used_bytes)}{reserved}; {mig}; "
             f"{len(d.compute_processes)} compute process(es){link}"
-            + (f", NUMA node {d.numa_node}" if d.numa_node is not None else ""))
+            + (f", NUMA node {d.numa_node}" if d.numa_node is not None else "")
+            + (f", BAR1 {size_text(d.bar1_total_bytes)}" if d.bar1_total_bytes is not None else ""))
+
+
+def size_text(n_bytes: int) -> str:
+    """Bytes below a GiB in MiB (an 8 MiB limit, a 256 MiB BAR), the rest in GiB."""
+    return f"{n_bytes / MIB:,.0f} MiB" if n_bytes < GIB else gib(n_bytes)
+
+
+def find_gpu(gpu: GpuFacts, selector: int | str) -> GpuDevice | None:
+    """The card a settings selector names: its index (an int) or its UUID."""
+    for d in gpu.devices:
+        if (isinstance(selector, int) and d.index == selector) or d.uuid == selector:
+            return d
+    return None
+
+
+def known_gpus(gpu: GpuFacts) -> str:
+    return ", ".join(f"{d.index}={d.uuid}" for d in gpu.devices)
 
 
 def select_gpu(gpu: GpuFacts, selector: int | str) -> GpuDevice:
     """The one GPU the settings name (index or UUID). Only this card is ever counted."""
     require_gpus(gpu)
-    for d in gpu.devices:
-        if (isinstance(selector, int) and d.index == selector) or d.uuid == selector:
-            return d
-    known = ", ".join(f"{d.index}={d.uuid}" for d in gpu.devices)
-    raise Blocked("GPU_NOT_FOUND", f"settings name GPU {selector!r}; this machine has {len(gpu.devices)}: {known}",
-                  {"gpus": len(gpu.devices)})
+    device = find_gpu(gpu, selector)
+    if device is None:
+        raise Blocked("GPU_NOT_FOUND", f"settings name GPU {selector!r}; this machine has {len(gpu.devices)}: "
+                                       f"{known_gpus(gpu)}", {"gpus": len(gpu.devices)})
+    return device
 
 
 def require_whole_card(d: GpuDevice) -> str:
@@ -82,9 +99,7 @@ def describe_cgroup(host: HostFacts) -> str:
 
 
 def describe_limits(host: HostFacts) -> str:
-    memlock = ("unlimited" if host.memlock_limit_bytes is None
-               else f"{host.memlock_limit_bytes / MIB:,.0f} MiB" if host.memlock_limit_bytes < GIB
-               else gib(host.memlock_limit_bytes))
+    memlock = "unlimited" if host.memlock_limit_bytes is None else size_text(host.memlock_limit_bytes)
     return (f"locked-memory limit {memlock} (pinned host buffers count against it); transparent hugepages "
             f"{host.transparent_hugepages or 'unknown'}")
 

@@ -1,4 +1,4 @@
-"""Host facts from /proc and /sys: RAM, swap, our cgroup's limits, memlock, THP, usable CPUs, disks, WSL2.
+"""Host facts from /proc and /sys: RAM, swap, our cgroup's limits, memlock, THP, usable CPUs, disks, WSL2, IOMMU.
 
 The roots are parameters so recorded or hand-made trees (cgroup v1, v2, nested, unlimited) exercise the
 same code as the live machine. /proc/meminfo is parsed directly rather than through psutil because psutil
@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from onegpu.machine.model import CgroupFacts, DiskFacts, HostFacts
+from onegpu.machine.model import CgroupFacts, DiskFacts, HostFacts, IommuFacts
 
 # cgroup v1 writes "no limit" as PAGE_COUNTER_MAX pages (9223372036854771712 on 4 KiB pages); anything at
 # or beyond 2**62 bytes is no real limit on any machine that exists.
@@ -148,6 +148,50 @@ def parse_thp(text: str | None) -> str | None:
     return None
 
 
+# Kernel command-line words that switch or tune the IOMMU: intel_iommu=on, amd_iommu=off, iommu=pt,
+# iommu.passthrough=1, iommu.strict=0.
+IOMMU_WORDS = ("intel_iommu=", "amd_iommu=", "iommu=", "iommu.")
+
+
+def _entries(folder: Path) -> list[Path] | None:
+    """A folder's entries, None when it is not there (or not readable): absent is not the same as empty."""
+    try:
+        return sorted(folder.iterdir())
+    except OSError:
+        return None
+
+
+def parse_iommu_cmdline(text: str | None) -> list[str] | None:
+    """'BOOT_IMAGE=/vmlinuz ro intel_iommu=on iommu=pt quiet' -> ['intel_iommu=on', 'iommu=pt']."""
+    if text is None:
+        return None
+    return [word for word in text.split() if word.startswith(IOMMU_WORDS)]
+
+
+def _iommu_active(sys: Path) -> bool | None:
+    """The kernel registers every active IOMMU unit under /sys/class/iommu (dmar0, ivhd0, ...)."""
+    units = _entries(sys / "class/iommu")
+    if units is not None:
+        return bool(units)
+    # No iommu class at all means no IOMMU driver registered, but only if /sys/class itself can be read.
+    return False if _entries(sys / "class") is not None else None
+
+
+def read_iommu(proc: Path, sys: Path) -> IommuFacts:
+    """Whether an IOMMU is active, its groups and their default-domain type, and what the kernel was told.
+
+    A group's `type` says whether DMA is translated (DMA, DMA-FQ) or passed through (identity).
+    """
+    groups = _entries(sys / "kernel/iommu_groups")
+    types = {(_read(group / "type") or "").strip() for group in groups or []}
+    return IommuFacts(
+        active=_iommu_active(sys),
+        groups=None if groups is None else len(groups),
+        domain_types=sorted(t for t in types if t),
+        cmdline=parse_iommu_cmdline(_read(proc / "cmdline")),
+    )
+
+
 def disk_facts(label: str, path: Path) -> DiskFacts:
     """Free space where `path` will live: the nearest existing ancestor is measured."""
     probe = Path(path).absolute()
@@ -185,5 +229,6 @@ def read_host_facts(disks: list[tuple[str, Path]], proc: Path = Path("/proc"),
         numa_nodes=parse_cpu_list(_read(sys / "devices/system/node/online")),
         wsl2="microsoft" in (release or "").lower() or "microsoft" in version.lower(),
         disks=[disk_facts(label, p) for label, p in disks],
+        iommu=read_iommu(proc, sys),
     )
 

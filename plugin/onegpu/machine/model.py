@@ -37,6 +37,18 @@ class GpuDevice:
     pcie_max_link_gen: int | None = None
     pcie_max_link_width: int | None = None
     numa_node: int | None = None
+    bar1_total_bytes: int | None = None  # the PCIe BAR1 window; as large as the memory = resizable BAR on
+
+
+@dataclass(frozen=True)
+class GpuLink:
+    """What lies between two cards of this machine, as NVML reports it; None = not reported."""
+    a: int  # device indexes, a < b
+    b: int
+    topology: str | None  # NVML common ancestor: INTERNAL, SINGLE, MULTIPLE, HOSTBRIDGE, NODE or SYSTEM
+    p2p_read: str | None  # NVML peer-access status: OK, DISABLED_BY_REGKEY, CHIPSET_NOT_SUPPORTED, ...
+    p2p_write: str | None
+    nvlinks: int | None  # active NVLink links from a that end at b itself (not at an NVSwitch); 0 without NVLink
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,11 @@ class GpuFacts:
     driver_version: str | None
     cuda_driver_version: str | None
     devices: list[GpuDevice]
+    links: list[GpuLink] = field(default_factory=list)  # every pair of devices; none with fewer than two
+
+    def link_between(self, a: int, b: int) -> GpuLink | None:
+        """The recorded pair of device indexes a and b, in either order; None when it was not recorded."""
+        return next((link for link in self.links if {link.a, link.b} == {a, b}), None)
 
 
 @dataclass(frozen=True)
@@ -67,6 +84,15 @@ class DiskFacts:
 
 
 @dataclass(frozen=True)
+class IommuFacts:
+    """The IOMMU, a precondition of fast PCIe peer-to-peer traffic: one that translates DMA degrades or breaks it."""
+    active: bool | None  # an IOMMU is registered under /sys/class/iommu; None: /sys/class not readable
+    groups: int | None  # entries of /sys/kernel/iommu_groups; None: the folder is absent
+    domain_types: list[str]  # distinct default-domain types of the groups: DMA, DMA-FQ, identity (passthrough)
+    cmdline: list[str] | None  # the kernel command line's IOMMU words; None: /proc/cmdline not readable
+
+
+@dataclass(frozen=True)
 class HostFacts:
     hostname: str | None
     kernel: str | None
@@ -83,6 +109,7 @@ class HostFacts:
     numa_nodes: int | None
     wsl2: bool
     disks: list[DiskFacts] = field(default_factory=list)
+    iommu: IommuFacts | None = None  # None: not read (profiles and run folders written before it was)
 
 
 @dataclass(frozen=True)
