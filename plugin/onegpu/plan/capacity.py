@@ -293,21 +293,24 @@ def _pinned_need_text(plan: OffloadPlan) -> str:
             "of the parameter being pinned)")
 
 
-def _host_offload(plan: OffloadPlan, cap: int) -> Verdict:
-    room = cap - CONTAINER_OWN_NEEDS_BYTES
-    need = plan.peak_bytes + CONTAINER_OWN_NEEDS_BYTES
+def _host_offload(plan: OffloadPlan, cap: int, own_needs: int = CONTAINER_OWN_NEEDS_BYTES,
+                  own_text: str = _OWN_NEEDS) -> Verdict:
+    """The container's RAM cap against what it must hold; `own_needs` and `own_text` name the ASSUMED needs of
+    the engine's own processes (one engine process by default)."""
+    room = cap - own_needs
+    need = plan.peak_bytes + own_needs
     nums = dict(offloaded_bytes=plan.offloaded_bytes, pinned_bytes=plan.pinned_bytes,
                 pinned_rounded_bytes=plan.pinned_rounded_bytes, pinned_exact_bytes=plan.pinned_exact_bytes,
                 peak_bytes=plan.peak_bytes, pinning=plan.pinning, pinning_confirmed=plan.pinning == "rounded",
-                container_ram_cap_bytes=cap, own_needs_bytes=CONTAINER_OWN_NEEDS_BYTES, room_bytes=room,
+                container_ram_cap_bytes=cap, own_needs_bytes=own_needs, room_bytes=room,
                 need_bytes=need, own_needs_assumed=True, accounting=ACCOUNTING)
     if not plan.offloaded:
-        text = f"nothing is offloaded, nothing is pinned; RAM cap {gib(cap)} minus {_OWN_NEEDS} leaves {gib(room)}"
+        text = f"nothing is offloaded, nothing is pinned; RAM cap {gib(cap)} minus {own_text} leaves {gib(room)}"
         if need > cap:  # the container's own needs alone do not fit its cap
             return _blocked("host_offload", "INSUFFICIENT_HOST_RAM",
                             f"the container's own needs exceed its RAM cap by {gib(need - cap)}: {text}", **nums)
         return _ok("host_offload", f"no definite failure: {text}", **nums)
-    text = f"{_pinned_need_text(plan)} + {_OWN_NEEDS} = {gib(need)} vs RAM cap {gib(cap)}"
+    text = f"{_pinned_need_text(plan)} + {own_text} = {gib(need)} vs RAM cap {gib(cap)}"
     if plan.pinning == "exact":
         text += f"; {UNCONFIRMED}"
     if need > cap:

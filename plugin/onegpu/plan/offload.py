@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from onegpu.checkpoint.model import CheckpointFacts, TensorInfo
 from onegpu.checkpoint.consistency import _AUDIO_PARTS, _DRAFT_MODULES, _VISION_PARTS
@@ -178,6 +179,12 @@ class Layout:
     engine_only_bytes: int = 0  # parameters the engine creates that no checkpoint tensor fills (KV scales)
 
 
+def draft_layers(tensors: Iterable[TensorInfo], decoder_layers: int | None) -> set[int]:
+    """Layers numbered past num_hidden_layers that hold draft modules (eh_proj, enorm, ...): draft layers."""
+    return {t.layer for t in tensors if decoder_layers is not None and t.layer is not None
+            and t.layer >= decoder_layers and not set(t.name.split(".")[:-1]).isdisjoint(_DRAFT_MODULES)}
+
+
 def engine_layout(ckpt: CheckpointFacts) -> Layout:
     cfg = _text_config(ckpt.config or {})
     n = cfg.get("num_hidden_layers")
@@ -192,9 +199,7 @@ def engine_layout(ckpt: CheckpointFacts) -> Layout:
         group_bytes[group] += nbytes
     groups = {name: [nbytes, table[i], i]  # collapsed name -> [bytes, its first tensor, that tensor's index]
               for name, nbytes, i in zip(table.group_names, group_bytes, table.group_first)}
-    # layers numbered past num_hidden_layers that hold draft modules (eh_proj, enorm, ...): draft layers
-    drafts = {t.layer for _, t, _ in groups.values() if layers is not None and t.layer is not None
-              and t.layer >= layers and not set(t.name.split(".")[:-1]).isdisjoint(_DRAFT_MODULES)}
+    drafts = draft_layers((t for _, t, _ in groups.values()), layers)
     decoder: dict[str, list] = {}  # engine name -> [bytes, layer, local, first index]
     towers: dict[str, dict[str, list]] = {"vision tower": {}, "audio tower": {}}
     stays = draft = never = engine_only = 0
