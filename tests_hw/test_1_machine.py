@@ -14,6 +14,7 @@ def test_gpus_are_listed_with_driver_reported_memory(gpu_facts, fact):
     fact(m.require_gpus, gpu_facts)
 
 
+@pytest.mark.one_gpu
 def test_selected_gpu_is_the_only_one_counted(selected_gpu, fact):
     fact(lambda d: f"selected GPU {d.index} ({d.uuid}); no other card is counted", selected_gpu)
 

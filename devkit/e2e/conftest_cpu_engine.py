@@ -9,6 +9,9 @@ THE ONE SEAM where the kit's tests differ from the product path (one NVIDIA GPU)
   VLLM_CPU_KVCACHE_SPACE GiB of host RAM for it (ONEGPU_E2E_CPU_KVCACHE_GIB here, default 1). Its accounting
   uses the CPU platform's defaults, 128-token blocks and no async scheduling (vllm/platforms/cpu.py), so
   `kv_estimate` is the same estimate with those two values.
+* The multi-GPU protocol: the CPU build runs tensor parallelism as processes too, one per rank; it cannot bind
+  their threads by itself on one NUMA node, so VLLM_CPU_OMP_THREADS_BIND gives each rank its own share of the
+  usable CPUs (vllm/utils/ompmultiprocessing.py refuses "auto" with fewer NUMA nodes than ranks).
 * Extra `vllm serve` arguments (ONEGPU_E2E_EXTRA_ARGS, a JSON list, default none), appended to the plan's
   command: how a test shows what the kit does with a flag the engine does not know.
 Everything else is the product: the plugin, the phase tests, the Docker engine, the run folder, the argv.
@@ -55,6 +58,8 @@ def launch_spec(launch_spec, kit):
     kv_gib = os.environ.get("ONEGPU_E2E_CPU_KVCACHE_GIB", "1")
     extra = json.loads(os.environ.get("ONEGPU_E2E_ENGINE_ENV") or "{}")
     extra_args = json.loads(os.environ.get("ONEGPU_E2E_EXTRA_ARGS") or "[]")
+    if len(launch_spec.gpu_uuids) > 1:
+        extra = {"VLLM_CPU_OMP_THREADS_BIND": rank_cpus(len(launch_spec.gpu_uuids)), **extra}
     spec = dataclasses.replace(
         launch_spec, gpu_uuid=None, engine_platform="cpu", command=[*launch_spec.command, *extra_args],
         environment={**launch_spec.environment, "VLLM_CPU_KVCACHE_SPACE": kv_gib, **extra},
@@ -67,3 +72,11 @@ def launch_spec(launch_spec, kit):
     kit.table("onegpu launch plan", spec.plan_lines())
     kit.receipt.set("launch", spec.to_json())
     return spec
+
+
+def rank_cpus(ranks: int) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND for `ranks` ranks: the usable CPUs split in order, "|" between ranks."""
+    cpus = sorted(os.sched_getaffinity(0))
+    share = max(1, len(cpus) // ranks)
+    return "|".join(",".join(str(c) for c in (cpus[r * share:(r + 1) * share] or cpus[-1:])) for r in range(ranks))
+

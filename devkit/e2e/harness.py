@@ -64,8 +64,9 @@ def llama_tensors() -> dict:
 
 
 def make_project(root: Path, image: str, engine: str = "stub", checkpoint: Path | None = None,
-                 model_id: str = "stub-org/e2e-model", **settings_over) -> Path:
-    """Write the project at `root`; `checkpoint` (a real model folder) is required for engine "cpu"."""
+                 model_id: str = "stub-org/e2e-model", gpus: int = 1, **settings_over) -> Path:
+    """Write the project at `root`; `checkpoint` (a real model folder) is required for engine "cpu". `gpus` > 1
+    declares the multi-GPU protocol at tensor parallel size `gpus` over that many recorded cards."""
     from devkit.synth import SYNTHETIC_METADATA, write_checkpoint
 
     root.mkdir(parents=True, exist_ok=True)
@@ -81,13 +82,26 @@ def make_project(root: Path, image: str, engine: str = "stub", checkpoint: Path 
                 "model_path": str(checkpoint), "image": image, "gpu": 0, "cpu_offload_gib": 0,
                 "host_headroom_gib": 1, "deadline_s": 900, "shm_gib": 0.25, "pids_limit": 512,
                 **(STUB_SETTINGS if engine == "stub" else CPU_SETTINGS), **settings_over}
+    if gpus > 1:
+        settings["multi_gpu"] = {"gpus": list(range(gpus)), "tensor_parallel_size": gpus, "pipeline_parallel_size": 1}
     (root / "s.json").write_text(json.dumps(settings))
-    # The recorded H200 answers under a GPU UUID of this project's own: concurrent sessions on one machine
+    # The recorded H200 answers under GPU UUIDs of this project's own: concurrent sessions on one machine
     # would otherwise share the per-GPU lock (which then rightly refuses the second one).
     record = json.loads(NVML_RECORD.read_text())
-    record["raw"]["devices"][0]["uuid"] = f"GPU-{uuid.uuid4()}"
+    record["raw"] = recorded_cards(record["raw"], gpus)
     (root / "nvml-record.json").write_text(json.dumps(record))
     return root
+
+
+def recorded_cards(raw: dict, gpus: int) -> dict:
+    """The recorded card `gpus` times under fresh UUIDs and bus ids; between each pair, what NVML answers for
+    cards on one PCIe switch with peer access on (topology SINGLE = 10, P2P status OK = 0, no NVLink)."""
+    card = raw["devices"][0]
+    devices = [{**card, "index": i, "uuid": f"GPU-{uuid.uuid4()}", "pci_bus_id": f"00000000:{0x41 + i:02X}:00.0"}
+               for i in range(gpus)]
+    links = [{"a": a, "b": b, "topology": 10, "p2p_read": 0, "p2p_write": 0, "nvlinks": 0}
+             for a in range(gpus) for b in range(a + 1, gpus)]
+    return {**raw, "devices": devices, **({"links": links} if links else {})}
 
 
 def add_batch(project: Path, n: int, **body_over) -> list[str]:
@@ -174,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="qwen3-moe", help="tiny model for --engine cpu (qwen3-moe, mimo-v2-flash)")
     parser.add_argument("--batch", type=int, metavar="N", help="add a frozen batch of N chat requests")
     parser.add_argument("--mark", default="approve_load", help='-m expression (e.g. "approve_load and serve")')
+    parser.add_argument("--gpus", type=int, default=1, metavar="N",
+                        help="N > 1: the multi-GPU protocol at tensor parallel size N over N recorded cards")
     args = parser.parse_args(argv)
     checkpoint = None
     if args.engine == "cpu":
@@ -181,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
 
         checkpoint = build(args.project / "models", (args.model,))[args.model]
     project = make_project(args.project, _image(args.engine), args.engine, checkpoint,
-                           model_id="stub-org/e2e-model" if args.engine == "stub" else f"tiny/{args.model}")
+                           model_id="stub-org/e2e-model" if args.engine == "stub" else f"tiny/{args.model}",
+                           gpus=args.gpus)
     extra = add_batch(project, args.batch) if args.batch else []
     env = session_env(project)
     shown = {k: env[k] for k in ("PYTHONPATH", "ONEGPU_E2E_NVML_RECORD")}

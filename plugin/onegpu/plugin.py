@@ -79,6 +79,8 @@ MARKERS = {
     "serve": "opens the native-harness serve window (needs -m \"approve_load and serve\")",
     "phase(name)": "the KIT.md phase a kit test belongs to: machine, plan, probe, custody, load, canary, "
                    "batch, serve",
+    "one_gpu": "a claim of the one-GPU protocol only: left out when the settings declare multi_gpu",
+    "multi_gpu": "a check of the multi-GPU protocol (settings multi_gpu): left out otherwise",
 }
 KIT_MARKS = ("scan", "approve_load")
 
@@ -197,12 +199,20 @@ def pytest_collection_modifyitems(session, config, items):
         # The batch phase exists only when a request file is given.
         held += [i for i in kept if i.get_closest_marker("batch")]
         kept = [i for i in kept if not i.get_closest_marker("batch")]
+    # One protocol per session: the multi-GPU checks exist only when the settings declare multi_gpu, and a
+    # claim of the one-GPU protocol only when they do not.
+    other_protocol = "one_gpu" if declares_multi_gpu(config) else "multi_gpu"
+    not_this_protocol = [i for i in kept if i.get_closest_marker(other_protocol)]
+    kit.held_for_protocol, kit.protocol_held = len(not_this_protocol), other_protocol
+    held += not_this_protocol
+    kept = [i for i in kept if not i.get_closest_marker(other_protocol)]
     if held:
         items[:] = kept
         config.hook.pytest_deselected(items=held)
     # Say how to approve whenever acting tests were left out, by this gate or by -m/-k themselves.
     still = {id(i) for i in items}
-    left_out = [i for i in acting if id(i) not in still]
+    other = {id(i) for i in not_this_protocol}  # not part of this session's question: not "left out"
+    left_out = [i for i in acting if id(i) not in still and id(i) not in other]
     kit.held_back = len(left_out)
     selected = _kit_items(items)
     if not selected or config.option.collectonly:
@@ -212,7 +222,7 @@ def pytest_collection_modifyitems(session, config, items):
     _open_run_folder(session, kit)
     _set_timeout_backstop(config, kit, [i for i in items if i.get_closest_marker(gating.APPROVAL_MARK)])
     for item in every_kit_test:
-        if id(item) not in still:
+        if id(item) not in still and id(item) not in other:
             kit.receipt.record_test(item.nodeid, {"phase": _phase(item), "outcome": "deselected",
                                                   "message": _why_not_run(item)})
 
@@ -232,6 +242,17 @@ def _set_timeout_backstop(config, kit: KitSession, acting: list) -> None:
             item.add_marker(pytest.mark.timeout(limit, method="signal"))
     assert kit.receipt is not None, "collection ends after the run folder opened"
     kit.receipt.set("timeout_backstop_s", limit)
+
+
+def declares_multi_gpu(config) -> bool:
+    """Whether the session's settings declare the multi-GPU protocol (unreadable settings: they do not; the
+    settings test says why)."""
+    if settings_path(config) is None:
+        return False
+    try:
+        return session_settings(config)[1].multi_gpu is not None
+    except SettingsError:
+        return False
 
 
 def _why_not_run(item) -> str:
@@ -372,7 +393,7 @@ def pytest_terminal_summary(terminalreporter, config):
     """The kit's lines come last, after pytest's own short summary: the verdicts, the run folder, the report."""
     result = yield
     kit = kit_of(config)
-    if kit.held_back or kit.held_for_options_count:
+    if kit.held_back or kit.held_for_options_count or kit.held_for_protocol:
         terminalreporter.write_line(terminal.deselected_line(kit))
     if kit.receipt is not None:
         for line in terminal.summary_lines(kit):

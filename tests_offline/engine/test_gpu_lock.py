@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from onegpu.engine.gpu_lock import GpuLock, ask_holder
+from onegpu.engine.gpu_lock import GpuLock, GpuSetLock, ask_holder
 from onegpu.core.outcomes import Blocked
 from tests_offline.paths import REPO_ROOT
 
@@ -74,3 +74,24 @@ def test_another_process_holding_the_gpu_blocks_until_it_is_killed(tmp_path):
     finally:
         holder.kill()
         holder.wait(timeout=10)
+
+
+def test_a_gpu_set_is_locked_card_by_card_all_or_none(tmp_path):
+    """The multi-GPU protocol holds every GPU of its set; one card held elsewhere refuses the whole set and lets
+    go of the cards taken before it."""
+    first, second, third = fresh_uuid(), fresh_uuid(), fresh_uuid()
+    with GpuLock(third, str(tmp_path / "other")):
+        with pytest.raises(Blocked) as exc:
+            GpuSetLock([first, second, third], str(tmp_path / "run-set")).acquire()
+        assert exc.value.code == "GPU_LOCKED" and third in exc.value.message
+        assert ask_holder(first) is None and ask_holder(second) is None  # released, not left held
+    held = GpuSetLock([first, second, third], str(tmp_path / "run-set")).acquire()
+    try:
+        assert [ask_holder(g)["gpu_uuid"] for g in (first, second, third)] == [first, second, third]
+        assert all(ask_holder(g)["run_folder"] == str(tmp_path / "run-set") for g in (first, second, third))
+        assert held.describe().startswith(f"GPUs {first}, {second}, {third} locked for this session")
+        with pytest.raises(Blocked):
+            GpuLock(second, str(tmp_path / "late")).acquire()
+    finally:
+        held.release()
+    assert all(ask_holder(g) is None for g in (first, second, third))

@@ -6,35 +6,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-import shutil
 import subprocess
 
-import pytest
 
 from onegpu.engine import launch
-from onegpu.engine.launch import (GPU_UTILIZATION, Owner, build_launch_spec, container_name, hf_cache_layout,
+from onegpu.engine.launch import (GPU_UTILIZATION, build_launch_spec, container_name, hf_cache_layout,
                            missing_elements)
-from onegpu.plan.settings import load_settings, parse_settings
-from tests_offline.docker_required import ci_demands_docker
+from onegpu.plan.settings import load_settings
 from tests_offline.engine_helpers import make_spec
+from tests_offline.launch_helpers import IMAGE, OWNER, UUID, docker_cli, settings, spec_for
 from tests_offline.paths import REPO_ROOT
-
-UUID = "GPU-5d0c1f2e-8a7b-4c3d-9e8f-0a1b2c3d4e5f"
-IMAGE = "sha256:" + "ab" * 32
-OWNER = Owner(pid=4242, start_ticks=123456, boot_id="b00t-1d", pidns="pid:[4026531836]", uid=1000, gid=1000)
-
-
-def settings(**over):
-    data = {"schema": "onegpu/settings@1", "model_id": "XiaomiMiMo/MiMo-V2.5-Pro", "model_revision": "a" * 40,
-            "model_path": "/srv/models/mimo", "image": "vllm/vllm-openai:v0.11.0", "gpu": 0,
-            "context_tokens": 131072, "prefill_chunk_tokens": 8192, "cpu_offload_gib": 600,
-            "container_ram_gib": 900, "host_headroom_gib": 32, "deadline_s": 7200, **over}
-    return parse_settings(data, "s.json", "0" * 64)
-
-
-def spec_for(s=None, **kw):
-    return build_launch_spec(s or settings(), UUID, IMAGE, "20261202T111658Z-approve", "/runs/r1/sock", OWNER, **kw)
-
 
 def test_command_is_vllm_serve_with_every_flag_of_the_plan():
     spec = spec_for()
@@ -232,23 +213,13 @@ def test_the_earlier_kits_settings_filled_in_give_a_complete_plan(tmp_path):
     assert spec.nano_cpus == 32_000_000_000 and spec.mem_limit_bytes == 950 * 2**30
 
 
-def _docker_cli() -> str:
-    cli = shutil.which("docker")
-    if cli is None:
-        reason = "the docker command-line client is not installed (needed to run the printed docker run line)"
-        if ci_demands_docker():
-            pytest.fail(f"CI=true: {reason}", pytrace=False)
-        pytest.skip(reason)
-    return cli
-
-
 HOST_CONFIG_KEYS = ("NetworkMode", "Memory", "MemorySwap", "PidsLimit", "ShmSize", "SecurityOpt", "CapDrop",
                     "Tmpfs", "Init", "Mounts", "NanoCpus")
 CONFIG_KEYS = ("User", "Entrypoint", "Cmd", "Image", "Labels")
 
 
 def test_printed_docker_run_line_creates_the_same_container_as_the_sdk(docker_client, tmp_path, stub_image):
-    cli = _docker_cli()
+    cli = docker_cli()
     spec = make_spec(tmp_path, stub_image, container_cpus=1.5)
     argv = spec.docker_run_argv()
     assert argv[:4] == ["docker", "run", "--pull=never", "--detach"]

@@ -103,6 +103,18 @@ def test_a_run_that_never_reached_ready_measured_nothing():
                               "from")
 
 
+def test_a_run_of_the_multi_gpu_protocol_calibrates_nothing():
+    """A multi-GPU run's boot log has a line per worker; its reserve is not one GPU's, and never pooled with it."""
+    data = json.loads((RUNS / "stub-ready-8k" / "settings.json").read_text())
+    multi = parse_settings({**data, "gpu": 0, "multi_gpu": {"gpus": [0, 1], "tensor_parallel_size": 2,
+                                                           "pipeline_parallel_size": 1}}, "s.json", "0" * 64)
+    manifest = json.loads((READY / "manifest.json").read_text())
+    with pytest.raises(calibrate.CalibrationError) as err:
+        calibrate.run_basis("tp2", str(READY), recorded_receipt(), multi, manifest, [])
+    assert str(err.value).startswith("run tp2 ran the 2-GPU protocol (TP 2 x PP 1): a calibration measures the "
+                                     "one-GPU protocol's non-weight reserve")
+
+
 def test_a_folder_that_is_not_a_run_or_lacks_its_manifest_is_named(tmp_path):
     with pytest.raises(calibrate.CalibrationError, match=r"not a run folder \(no receipt.json in it\)"):
         load_run(tmp_path)  # worded as compare words it: one reader of run folders

@@ -225,7 +225,7 @@ def test_a_rank_over_its_gpu_budget_blocks_and_is_named():
     assert all(both_big[c].status == "OK" for c in GPU_CHECKS)
 
 
-def test_a_missing_gpu_makes_its_rank_unknown_and_a_split_vllm_refuses_is_unknown():
+def test_a_missing_gpu_makes_its_rank_unknown_and_a_split_vllm_refuses_blocks_the_plan():
     _, ckpt = moe(layers=2)
     settings = settings_with()
     kv = kv_cache_estimate(ckpt.config, 8192, None, 2048)
@@ -233,7 +233,8 @@ def test_a_missing_gpu_makes_its_rank_unknown_and_a_split_vllm_refuses_is_unknow
     assert missing["gpu_free"].status == "UNKNOWN" and missing["gpu_free"].numbers["worst_rank"] == 1
     # 4 heads, 2 KV heads and a 1,024 vocabulary do not split over TP 3: vLLM's divide() refuses at load
     refused = by_check(parallel_capacity_verdicts(settings, gpus(96, 96, 96), host(), ckpt, kv, GIB, 3, 1))
-    for check in ("offload_plan", "gpu_weights", "kv_cache"):
+    assert refused["offload_plan"].status == "BLOCKED" and refused["offload_plan"].code == "PARALLEL_SPLIT_REFUSED"
+    for check in ("gpu_weights", "kv_cache"):  # no per-rank share exists to judge
         assert refused[check].status == "UNKNOWN" and "vLLM refuses this split" in refused[check].message, check
     assert "heads 4 are not divisible by TP 3" in refused["offload_plan"].message
 

@@ -6,59 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
 import pytest
 
 from onegpu.core import strict_json
-from tests_offline.paths import DATA, REPO_ROOT
-from onegpu.plan.settings import ASSUMED_DEFAULTS, LEGACY_SCHEMA, OWN_SCHEMA, Settings, SettingsError, load_settings
-
-# The earlier kit's example, byte for byte as it ships (../shared/compat is not part of this repository).
-LEGACY_EXAMPLE = DATA / "compat" / "settings.example.json"
-REVISION = "0123456789abcdef0123456789abcdef01234567"
-
-OWN_MINIMAL = {
-    "schema": OWN_SCHEMA,
-    "model_id": "XiaomiMiMo/MiMo-V2.6-Pro-RL",
-    "model_revision": REVISION,
-    "model_path": "/srv/models/mimo-v2.6-pro",
-    "image": "vllm/vllm-openai:mimov25-cu129",
-    "gpu": 0,
-    "context_tokens": 32768,
-    "prefill_chunk_tokens": 2048,
-    "cpu_offload_gib": 640,
-    "container_ram_gib": 800,
-    "host_headroom_gib": 64,
-    "deadline_s": 7200,
-}
-OWN_FULL = {
-    **OWN_MINIMAL,
-    "gpu": "GPU-cb3dfa52-e2f3-9ca4-a399-7d16041c3732",
-    "boot_deadline_s": 3600, "container_cpus": 16, "gpu_reserve_gib": 6.5, "kv_cache_dtype": "fp8",
-    "trust_remote_code": True, "request_timeout_s": 900, "serve_window_s": 1800, "shm_gib": 32,
-    "pids_limit": 8192, "free_floor_gib": 1.5, "max_requests": 500, "offload_pinning": "exact",
-}
-
-
-def write(tmp_path, doc, name="s.json") -> Path:
-    path = tmp_path / name
-    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
-    return path
-
-
-def errors_of(path) -> list[str]:
-    with pytest.raises(SettingsError) as failed:
-        load_settings(path)
-    return failed.value.errors
-
-
-def legacy_filled(tmp_path) -> Path:
-    text = LEGACY_EXAMPLE.read_text()
-    text = text.replace("REPLACE_WITH_EXACT_40_HEX_REVISION", REVISION)
-    text = text.replace("/choose/an/existing/local/checkpoint", "/srv/models/mimo-v2.6-pro")
-    return write(tmp_path, text, "filled.json")
-
+from tests_offline.paths import REPO_ROOT
+from tests_offline.settings_docs import LEGACY_EXAMPLE, OWN_FULL, OWN_MINIMAL, REVISION, errors_of, legacy_filled, write
+from onegpu.plan.settings import ASSUMED_DEFAULTS, LEGACY_SCHEMA, OWN_SCHEMA, Settings, load_settings
 
 # --- the earlier kit's schema ------------------------------------------------------------------------------
 

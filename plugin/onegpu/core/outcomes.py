@@ -34,6 +34,8 @@ CODES: dict[str, str] = {
     "UNSUPPORTED_ARCH": "the architecture is not supported by the engine",
     "IMAGE_MISSING": "the image reference does not exist locally (the kit never pulls)",
     "INSUFFICIENT_VRAM": "the weights that must stay on the GPU exceed the GPU budget",
+    "PARALLEL_SPLIT_REFUSED": ("vLLM refuses to split the model over the multi-GPU protocol's tensor or pipeline "
+                               "parallel size (a dimension does not divide)"),
     "INSUFFICIENT_HOST_RAM": "the container RAM cap plus headroom exceed the host's available RAM",
     "CGROUP_LIMIT": "the memory limit of the cgroup the kit runs in is below what the plan needs",
     "KV_DOES_NOT_FIT": "the KV cache for the context does not fit in what is left of the GPU budget",

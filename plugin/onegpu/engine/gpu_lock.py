@@ -110,3 +110,40 @@ class GpuLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+class GpuSetLock:
+    """The multi-GPU protocol's hold: one GpuLock per GPU of the set, all or none (a lock another session holds
+    lets go of the ones taken before it)."""
+
+    def __init__(self, gpu_uuids: list[str], run_folder: str):
+        self.locks = [GpuLock(uuid, run_folder) for uuid in gpu_uuids]
+
+    @property
+    def since(self) -> float | None:
+        return self.locks[0].since if self.locks else None
+
+    def acquire(self) -> "GpuSetLock":
+        taken: list[GpuLock] = []
+        try:
+            for lock in self.locks:
+                taken.append(lock.acquire())
+        except BaseException:
+            for lock in reversed(taken):
+                lock.release()
+            raise
+        return self
+
+    def release(self) -> None:
+        for lock in reversed(self.locks):
+            lock.release()
+
+    def describe(self) -> str:
+        return (f"GPUs {', '.join(lock.gpu_uuid for lock in self.locks)} locked for this session (pid "
+                f"{os.getpid()}), each by its own UUID; a second session on any of them is GPU_LOCKED")
+
+    def __enter__(self) -> "GpuSetLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()

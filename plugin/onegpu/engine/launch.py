@@ -43,6 +43,14 @@ USER_ENV = {"HOME": ENGINE_HOME, "USER": ENGINE_USER, "LOGNAME": ENGINE_USER}
 # up to a power of two). vLLM reads it as bool(int(value)) (vllm/envs.py).
 EXACT_PINNING_ENV = {"VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY": "1"}
 
+# The multi-GPU protocol (settings multi_gpu): vLLM's own parallelism inside one container on one machine. Its
+# workers are processes of the container (multiprocessing, not Ray) and share its IPC namespace and /dev/shm.
+PARALLEL_BACKEND = "mp"
+# The TP3 field report keeps vLLM's custom all-reduce kernels off: on its PCIe platform they crashed or were
+# slower than plain NCCL over peer-to-peer.
+CUSTOM_ALL_REDUCE_NOTE = ("--disable-custom-all-reduce: the all-reduce between ranks is plain NCCL, as in the public "
+                          "TP3 field report, whose PCIe platform crashed or slowed down with vLLM's custom kernels")
+
 # `--generation-config vllm`: without it vLLM applies the checkpoint's generation_config.json sampling values
 # (temperature, top_p, top_k, min_p, penalties) and its max_new_tokens to every request that leaves them out.
 # The kit forwards operator and benchmark request bodies byte for byte, so it cannot add those values to each
@@ -94,7 +102,7 @@ class LaunchSpec:
     mounts: list[BindMount]
     socket_dir: str  # host path of the private folder bind-mounted at SOCKET_MOUNT
     socket_path: str  # host path of the engine's Unix socket
-    gpu_uuid: str | None  # None only for tests that run without a GPU
+    gpu_uuid: str | None  # None only for tests that run without a GPU; rank 0's GPU in the multi-GPU protocol
     mem_limit_bytes: int
     memswap_limit_bytes: int  # equal to mem_limit_bytes: no swap
     pids_limit: int
@@ -113,17 +121,28 @@ class LaunchSpec:
     # What the engine computes on: "cuda", the product path (one NVIDIA GPU). "cpu" is vLLM's CPU build, the
     # real-engine double of the kit's own tests; the probe then demands vLLM's CPU platform and no CUDA device.
     engine_platform: str = "cuda"
+    # The multi-GPU protocol: every GPU of the set by UUID, in rank order ((): the one-GPU protocol), and its label.
+    gpu_uuids: tuple[str, ...] = ()
+    protocol: str = "one-GPU protocol"
+
+    @property
+    def device_uuids(self) -> list[str]:
+        """The GPUs the container gets: the set of the multi-GPU protocol, else the one GPU (none in tests
+        without a GPU)."""
+        if self.gpu_uuid is None:
+            return []
+        return list(self.gpu_uuids) or [self.gpu_uuid]
 
     def flags_used(self) -> list[str]:
         """The vllm serve flags the command uses, in order (what the runtime probe checks)."""
         return [arg for arg in self.command if arg.startswith("--")]
 
     def device_requests(self) -> list[dict]:
-        """The one GPU by UUID, as the docker SDK's DeviceRequest takes it (the SDK makes one of each mapping);
+        """The GPU(s) by UUID, as the docker SDK's DeviceRequest takes them (the SDK makes one of each mapping);
         empty without a GPU."""
-        if self.gpu_uuid is None:
+        if not self.device_uuids:
             return []
-        return [{"driver": "nvidia", "device_ids": [self.gpu_uuid], "capabilities": [["gpu"]]}]
+        return [{"driver": "nvidia", "device_ids": self.device_uuids, "capabilities": [["gpu"]]}]
 
     def create_kwargs(self) -> dict:
         """Keyword arguments for `client.containers.create` (never `containers.run`: it pulls on a miss). Plain
@@ -162,8 +181,10 @@ class LaunchSpec:
         for m in self.mounts:
             argv += ["--mount", f"type=bind,source={m.source},target={m.target}" + (",readonly" if m.read_only
                                                                                    else "")]
-        if self.gpu_uuid is not None:
-            argv += ["--gpus", f"device={self.gpu_uuid}"]
+        if self.device_uuids:
+            # one quoted device list: docker's --gpus reads its value as CSV, so a bare comma would split it
+            argv += ["--gpus", f'"device={",".join(self.device_uuids)}"' if len(self.device_uuids) > 1
+                     else f"device={self.device_uuids[0]}"]
         argv += ["--memory", f"{self.mem_limit_bytes}b", "--memory-swap", f"{self.memswap_limit_bytes}b",
                  "--pids-limit", str(self.pids_limit), "--shm-size", f"{self.shm_size_bytes}b"]
         if self.nano_cpus is not None:
@@ -190,7 +211,9 @@ class LaunchSpec:
         rows = [
             f"image      {self.image_id}" + (" (by ID; never pulled)" if self.image_id.startswith("sha256:")
                                               else " (a reference: resolved to its ID at approval; never pulled)"),
-            f"gpu        {self.gpu_uuid or 'none (no GPU device request)'}",
+            *([f"protocol   {self.protocol}: not a one-GPU result"] if self.gpu_uuids else []),
+            f"gpu        {', '.join(self.device_uuids) or 'none (no GPU device request)'}"
+            + (" (rank order)" if len(self.gpu_uuids) > 1 else ""),
             *(["engine     vLLM's CPU build (the kit's real-engine test double, not the product path: one NVIDIA "
                "GPU)"] if self.engine_platform == "cpu" else []),
             f"network    {self.network_mode}",
@@ -214,14 +237,18 @@ class LaunchSpec:
 
     def summary_line(self) -> str:
         """One line for the facts: what runs where, with the full line left to the plan table."""
+        gpus = (f"{self.protocol} on GPUs {', '.join(self.device_uuids)}" if self.gpu_uuids
+                else f"GPU {self.gpu_uuid or 'none'}")
         return (f"launch plan: `vllm serve` with {len(self.flags_used())} flags from image {self.image_id[:19]}..., "
-                f"GPU {self.gpu_uuid or 'none'}, network {self.network_mode}, RAM cap {gib(self.mem_limit_bytes)} "
+                f"{gpus}, network {self.network_mode}, RAM cap {gib(self.mem_limit_bytes)} "
                 f"(no swap: {self.memswap_limit_bytes == self.mem_limit_bytes}), user {self.user}; the equivalent "
                 "docker run line is in the launch plan table")
 
     def to_json(self) -> dict:
         """The spec for the receipt and plan.json, with the docker run line beside it."""
         data = asdict(self)
+        if not self.gpu_uuids:  # the one-GPU protocol's launch (and its plan digest) as before the set existed
+            del data["gpu_uuids"], data["protocol"]
         data["flags_used"] = self.flags_used()
         data["docker_run_line"] = self.docker_run_line()
         return data
@@ -266,13 +293,15 @@ def owner_labels(run_id: str, owner: Owner, role: str) -> dict[str, str]:
 
 
 def build_launch_spec(settings, gpu_uuid: str | None, image_id: str, run_id: str, socket_dir: str,
-                      owner: Owner, checkpoint_root: str | None = None, towers: Sequence[str] = ()) -> LaunchSpec:
+                      owner: Owner, checkpoint_root: str | None = None, towers: Sequence[str] = (),
+                      gpu_uuids: Sequence[str] = ()) -> LaunchSpec:
     """The engine launch for these settings (pure: no file, process or daemon is consulted).
 
     `checkpoint_root` is the checkpoint folder with links resolved (default: settings.model_path as written):
     a model_path that is a link to a cache snapshot must mount the snapshot's real repo folder, or the
     snapshot's relative links into ../../blobs would dangle in the container. `towers` are the tower sections
-    of its config.json (onegpu.checkpoint.towers.has_towers)."""
+    of its config.json (onegpu.checkpoint.towers.has_towers). `gpu_uuids`: the multi-GPU protocol's set in rank
+    order (settings.multi_gpu), rank 0's first."""
     root = checkpoint_root or settings.model_path
     layout = hf_cache_layout(root)
     notes = []
@@ -293,8 +322,8 @@ def build_launch_spec(settings, gpu_uuid: str | None, image_id: str, run_id: str
         "serve", model_arg,
         "--served-model-name", settings.model_id,
         "--uds", f"{SOCKET_MOUNT}/{SOCKET_NAME}",
-        "--tensor-parallel-size", "1",
-        "--pipeline-parallel-size", "1",
+        "--tensor-parallel-size", str(tp_size(settings)),
+        "--pipeline-parallel-size", str(pp_size(settings)),
         "--max-num-seqs", "1",
         "--gpu-memory-utilization", _number(GPU_UTILIZATION),
         "--max-model-len", str(settings.context_tokens),
@@ -305,12 +334,21 @@ def build_launch_spec(settings, gpu_uuid: str | None, image_id: str, run_id: str
         "--generation-config", GENERATION_CONFIG,
     ]
     notes.append(GENERATION_NOTE)
+    multi = getattr(settings, "multi_gpu", None)
+    if multi is not None:
+        command += ["--distributed-executor-backend", PARALLEL_BACKEND, "--disable-custom-all-reduce"]
+        notes.append(f"{multi.label}: not a one-GPU result. Rank r runs on the r-th GPU listed, as vLLM assigns "
+                     f"them; workers are processes of this one container (--distributed-executor-backend "
+                     f"{PARALLEL_BACKEND}), sharing its /dev/shm; --cpu-offload-gb applies to each worker")
+        notes.append(CUSTOM_ALL_REDUCE_NOTE)
+        notes.append("NCCL environment " + (" ".join(f"{k}={v}" for k, v in multi.nccl_env.items()) or "none")
+                     + " (settings multi_gpu.nccl_env, or the field report's when it is left out)")
     if towers:
         # The kit's runs are text-only: with every modality limit 0 vLLM skips the towers' weights.
         command.append("--language-model-only")
         notes.append(f"--language-model-only: config.json declares {', '.join(towers)}; the kit's runs are "
                      "text-only, so the engine loads no vision or audio tower")
-    environment = {**OFFLINE_ENV, **USER_ENV}
+    environment = {**OFFLINE_ENV, **USER_ENV, **(multi.nccl_env if multi is not None else {})}
     if settings.offload_pinning == "exact":
         environment.update(EXACT_PINNING_ENV)
         notes.append("offload_pinning exact: VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1, so no offloaded "
@@ -349,7 +387,19 @@ def build_launch_spec(settings, gpu_uuid: str | None, image_id: str, run_id: str
         model_arg=model_arg,
         notes=notes,
         towers=list(towers),
+        gpu_uuids=tuple(gpu_uuids) if multi is not None else (),
+        protocol=getattr(settings, "protocol", "one-GPU protocol"),
     )
+
+
+def tp_size(settings) -> int:
+    multi = getattr(settings, "multi_gpu", None)
+    return 1 if multi is None else multi.tensor_parallel_size
+
+
+def pp_size(settings) -> int:
+    multi = getattr(settings, "multi_gpu", None)
+    return 1 if multi is None else multi.pipeline_parallel_size
 
 
 def missing_elements(spec: LaunchSpec, settings, gpu_uuid: str | None) -> list[str]:
@@ -361,7 +411,8 @@ def missing_elements(spec: LaunchSpec, settings, gpu_uuid: str | None) -> list[s
 
     expected_values = {
         "--served-model-name": settings.model_id, "--uds": f"{SOCKET_MOUNT}/{SOCKET_NAME}",
-        "--tensor-parallel-size": "1", "--pipeline-parallel-size": "1", "--max-num-seqs": "1",
+        "--tensor-parallel-size": str(tp_size(settings)), "--pipeline-parallel-size": str(pp_size(settings)),
+        "--max-num-seqs": "1",
         "--gpu-memory-utilization": _number(GPU_UTILIZATION),
         "--max-model-len": str(settings.context_tokens),
         "--max-num-batched-tokens": str(settings.prefill_chunk_tokens),
@@ -396,9 +447,17 @@ def missing_elements(spec: LaunchSpec, settings, gpu_uuid: str | None) -> list[s
         problems.append("pids limit and shm size must be stated")
     if "no-new-privileges" not in spec.security_opt or "ALL" not in spec.cap_drop:
         problems.append("no-new-privileges and cap-drop ALL are required")
-    for key, value in {**OFFLINE_ENV, **USER_ENV}.items():
+    multi = getattr(settings, "multi_gpu", None)
+    for key, value in {**OFFLINE_ENV, **USER_ENV, **(multi.nccl_env if multi is not None else {})}.items():
         if spec.environment.get(key) != value:
             problems.append(f"environment {key} must be {value!r}")
+    if multi is not None:
+        if flag_value("--distributed-executor-backend") != PARALLEL_BACKEND or "--disable-custom-all-reduce" not in cmd:
+            problems.append(f"the {multi.label} needs --distributed-executor-backend {PARALLEL_BACKEND} and "
+                            "--disable-custom-all-reduce")
+        if gpu_uuid is not None and len(spec.device_uuids) != len(multi.gpus):
+            problems.append(f"the {multi.label} hands over {len(multi.gpus)} GPUs by UUID, the spec has "
+                            f"{len(spec.device_uuids)}")
     pinning = {key: spec.environment.get(key) for key in EXACT_PINNING_ENV}
     wanted = EXACT_PINNING_ENV if settings.offload_pinning == "exact" else dict.fromkeys(EXACT_PINNING_ENV)
     if pinning != wanted:

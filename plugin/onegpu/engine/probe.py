@@ -102,7 +102,7 @@ def run_probe(client, spec: LaunchSpec, timeout_s: float = PROBE_TIMEOUT_S) -> t
             raise Blocked("RUNTIME_INCOMPATIBLE", f"the probe container (python3 in the image) exited "
                           f"{status.get('StatusCode')} without a result; last output: {tail[-800:]!r}",
                           {"exit_code": status.get("StatusCode")}) from None
-        facts = judge_probe(result, spec.flags_used(), spec.engine_platform)
+        facts = judge_probe(result, spec.flags_used(), spec.engine_platform, max(1, len(spec.device_uuids)))
         return facts, time.monotonic() - started
     finally:
         _remove(client, container, f"{spec.name}-probe")

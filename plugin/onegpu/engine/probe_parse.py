@@ -56,11 +56,13 @@ def parse_probe_output(stdout: str) -> dict:
     raise ValueError("the probe printed no result line")
 
 
-def judge_probe(result: dict, flags_used: list[str], expected_platform: str = "cuda") -> ProbeFacts:
+def judge_probe(result: dict, flags_used: list[str], expected_platform: str = "cuda",
+                expected_devices: int = 1) -> ProbeFacts:
     """Probe facts from the parsed result; raises Blocked RUNTIME_INCOMPATIBLE naming what is wrong.
 
-    expected_platform "cuda" (the product) demands exactly one CUDA device; "cpu" (vLLM's CPU build, the kit's
-    real-engine double) demands vLLM's CPU platform and no CUDA device.
+    expected_platform "cuda" (the product) demands exactly `expected_devices` CUDA devices (1, or the multi-GPU
+    protocol's set); "cpu" (vLLM's CPU build, the kit's real-engine double) demands vLLM's CPU platform and no
+    CUDA device.
     """
     errors = list(result.get("errors") or [])
     helps = result.get("help") or {}
@@ -100,15 +102,18 @@ def judge_probe(result: dict, flags_used: list[str], expected_platform: str = "c
                           f"detects platform {facts.platform!r} and torch sees {facts.cuda_device_count} CUDA "
                           "device(s)", {**numbers, "platform": facts.platform})
         return facts
-    if facts.cuda_device_count != 1:
+    if facts.cuda_device_count != expected_devices:
+        which = ("the selected GPU" if expected_devices == 1
+                 else "the GPUs of the multi-GPU protocol, one per rank")
         raise Blocked("RUNTIME_INCOMPATIBLE", f"torch {facts.torch_version} in the container sees "
-                      f"{facts.cuda_device_count} CUDA devices; exactly 1 (the selected GPU) is required", numbers)
+                      f"{facts.cuda_device_count} CUDA devices; exactly {expected_devices} ({which}) is required",
+                      numbers)
     return facts
 
 
 def describe(facts: ProbeFacts) -> str:
     """One line for the terminal and the receipt."""
     devices = (f"vLLM's CPU platform, {facts.cuda_device_count} CUDA devices" if facts.expected_platform == "cpu"
-               else f"{facts.cuda_device_count} CUDA device")
+               else f"{facts.cuda_device_count} CUDA device" + ("s" if facts.cuda_device_count != 1 else ""))
     return (f"vLLM {facts.vllm_version}, torch {facts.torch_version}, {devices}; "
             f"all {len(facts.flags_checked)} launch flags known to `vllm serve` ({facts.flags_known} flags listed)")

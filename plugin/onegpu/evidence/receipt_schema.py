@@ -75,6 +75,11 @@ class SelectionSection(TypedDict, total=False):
     gpu_index: Any
     gpu_name: Any
     gpu_uuid: Any
+    # the multi-GPU protocol (settings multi_gpu): its label, sizes and GPUs in rank order
+    protocol: Any
+    tensor_parallel_size: Any
+    pipeline_parallel_size: Any
+    gpu_set: Any
 
 
 class SettingsSection(TypedDict, total=False):
@@ -143,6 +148,8 @@ class LaunchSection(TypedDict, total=False):
     environment: Any
     flags_used: Any
     gpu_uuid: Any
+    gpu_uuids: Any  # the multi-GPU protocol only: its set in rank order, with its label
+    protocol: Any
     image_id: Any
     init: Any
     labels: Any
@@ -221,6 +228,7 @@ class LeftoversSection(TypedDict, total=False):
 
 class GpuLockSection(TypedDict, total=False):
     gpu_uuid: Any
+    gpu_uuids: Any  # the multi-GPU protocol: every GPU of the set
     pid: Any
     since: Any
 

@@ -17,7 +17,8 @@ from onegpu.core.outcomes import Blocked
 
 PLAN_SCHEMA = "onegpu/plan@1"
 IDENTITY_KEYS = ("image_id", "gpu_uuid", "settings_sha256", "checkpoint_files", "launch_argv")
-_WHAT = {"image_id": "image ID", "gpu_uuid": "GPU UUID", "settings_sha256": "settings digest",
+_WHAT = {"image_id": "image ID", "gpu_uuid": "GPU UUID", "gpu_uuids": "GPU set (rank order)",
+         "settings_sha256": "settings digest",
          "checkpoint_files": "checkpoint file list", "launch_argv": "launch argv"}
 MAX_PLAN_BYTES = 50_000_000
 SYNTHETIC_LINE = "CHECKPOINT IS SYNTHETIC: header-only shards that hold no weights (a demo, not a model)"
@@ -34,21 +35,32 @@ def _selected(hardware, settings):
         return None
 
 
+def _gpu_set_uuids(hardware, settings) -> list[str] | None:
+    """The multi-GPU protocol's GPUs by UUID in rank order (None where one of them is not on this machine)."""
+    by_selector = {**{d.index: d.uuid for d in hardware.gpu.devices}, **{d.uuid: d.uuid for d in hardware.gpu.devices}}
+    uuids = [by_selector.get(s) for s in settings.multi_gpu.gpus]
+    return None if None in uuids else [u for u in uuids if u is not None]
+
+
 def plan_document(settings, hardware, checkpoint_summary: dict, image, verdicts, launch_spec_json: dict | None,
                   kv=None) -> dict:
     """The plan as plain JSON: what would run (identity) and the facts and verdicts it was judged on."""
     gpu = _selected(hardware, settings)
     launch = dict(launch_spec_json) if launch_spec_json else None
     argv = [*launch.get("entrypoint", []), *launch.get("command", [])] if launch else None
+    identity = {
+        "image_id": image.id if image is not None else None,
+        "gpu_uuid": gpu.uuid if gpu is not None else None,
+        "settings_sha256": settings.sha256,
+        "checkpoint_files": list(checkpoint_summary.get("files", [])),
+        "launch_argv": argv,
+    }
+    if getattr(settings, "multi_gpu", None) is not None:  # absent from a one-GPU plan: its digest is unchanged
+        identity["gpu_uuids"] = _gpu_set_uuids(hardware, settings)
+        identity["protocol"] = settings.protocol
     return {
         "schema": PLAN_SCHEMA,
-        "identity": {
-            "image_id": image.id if image is not None else None,
-            "gpu_uuid": gpu.uuid if gpu is not None else None,
-            "settings_sha256": settings.sha256,
-            "checkpoint_files": list(checkpoint_summary.get("files", [])),
-            "launch_argv": argv,
-        },
+        "identity": identity,
         "settings": {"path": settings.path, "schema": settings.source_schema, "sha256": settings.sha256,
                      "values": {k: v for k, v in to_json(settings).items() if k not in ("path", "sha256", "assumed",
                                                                                        "source_schema")},
@@ -112,7 +124,7 @@ def plan_changes(approved: dict, fresh: dict) -> list[str]:
     """One line per bound thing that differs between the approved plan and the fresh one."""
     a, f = approved["identity"], fresh["identity"]
     changes = []
-    for key in ("image_id", "gpu_uuid", "settings_sha256"):
+    for key in ("image_id", "gpu_uuid", "gpu_uuids", "settings_sha256"):
         if a.get(key) != f.get(key):
             extra = " (the image reference now points elsewhere)" if key == "image_id" else ""
             changes.append(f"{_WHAT[key]}: approved {_short(a.get(key))}, now {_short(f.get(key))}{extra}")
@@ -144,6 +156,9 @@ def require_same_plan(approved: dict, approved_sha256: str, approved_path: str, 
 def describe_settings(settings) -> list[str]:
     """Fact lines for the settings, each ASSUMED knob on its own line."""
     gpu = f"GPU index {settings.gpu}" if isinstance(settings.gpu, int) else f"GPU {settings.gpu}"
+    if getattr(settings, "multi_gpu", None) is not None:
+        gpu = (f"{settings.protocol} on GPUs {', '.join(str(g) for g in settings.multi_gpu.gpus)} (rank order), "
+               "never a one-GPU result")
     lines = [f"settings {settings.path} ({settings.source_schema}, sha256 {settings.sha256[:12]}): model "
              f"{settings.model_id} @ {settings.model_revision} at {settings.model_path}; image {settings.image}; {gpu}",
              f"  context {settings.context_tokens:,} tokens, prefill chunk {settings.prefill_chunk_tokens:,}, CPU "

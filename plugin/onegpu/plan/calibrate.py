@@ -133,12 +133,20 @@ def _ready_gpu_used(receipt: ReceiptData, samples: list[dict]) -> tuple[int | No
     return with_gpu[-1]["gpu_used_bytes"], "the last NVML sample up to READY (samples.jsonl)"
 
 
+# The measured reserve is one GPU's: a multi-GPU run's boot log has one line per worker, and the two protocols'
+# results are never pooled.
+MULTI_GPU_REFUSAL = ("{what}: a calibration measures the one-GPU protocol's non-weight reserve, and a multi-GPU "
+                     "protocol's results are never pooled with it")
+
+
 def run_basis(run_id: str, folder: str, receipt, settings, manifest, samples: list[dict]) -> RunBasis:
     """The basis of an earlier run from its receipt, settings (a Settings), manifest and samples.
 
     Raises CalibrationError naming what is missing or why the run measured nothing.
     """
     where = f"run {run_id}"
+    if getattr(settings, "multi_gpu", None) is not None:
+        raise CalibrationError(MULTI_GPU_REFUSAL.format(what=f"{where} ran the {settings.protocol}"))
     if not isinstance(receipt, dict) or receipt.get("schema") != RECEIPT_SCHEMA:
         raise CalibrationError(f"{where}: receipt.json is not a kit receipt (schema {RECEIPT_SCHEMA!r})")
     boot = receipt.get("boot")

@@ -14,7 +14,7 @@ a lower bound. With exact pinning that comparison is what confirms the plan's fi
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from onegpu.core.units import GIB, gib
 
@@ -84,6 +84,17 @@ def projection_from_plan(capacity_rows: list[dict]) -> Projection:
         host_available_at_scan_bytes=avail, container_ram_cap_bytes=cap,
         host_available_min_bytes=avail - cap if avail is not None and cap is not None else None,
         reserve_source=source)
+
+
+PER_RANK_UNPAIRED = ("the boot log has one line per worker and the plan one figure per rank; the landing does not "
+                     "pair them yet, so the GPU-resident weights, the KV pool, the GPU free after boot and the "
+                     "offloaded parameters are not projected")
+
+
+def per_rank_unpaired(projection: Projection) -> Projection:
+    """The projection of a multi-GPU protocol run: only the host-wide figures, none a rank's."""
+    return replace(projection, weights_gpu_bytes=None, kv_pool_bytes=None, kv_pool_tokens=None,
+                   kv_bytes_per_token=None, gpu_free_after_bytes=None, offloaded_logical_bytes=None)
 
 
 def _row(quantity: str, unit: str, projected, measured, why_not: str | None = None) -> dict:

@@ -22,7 +22,7 @@ from onegpu.machine.model import GpuDevice, HostFacts
 from onegpu.plan import kvcache
 from onegpu.plan.capacity import (CONTAINER_OWN_NEEDS_BYTES, GPU_CHECKS, GPU_UTILIZATION, Verdict, _cgroup, _disk,
                                   _gib_bytes, _gpu_budget, _gpu_free, _gpu_weights, _host_offload, _host_ram, _kv_cache,
-                                  _quantization, _repack, _unknown, _weights, kit_plan, pinning_of)
+                                  _blocked, _quantization, _repack, _unknown, _weights, kit_plan, pinning_of)
 from onegpu.plan.kv_pool import KvPool, LayerSpec, kv_pool
 from onegpu.plan.kvcache import KvEstimate
 from onegpu.plan.offload import Layout, OffloadPlan, _kind, _text_config, draft_layers, engine_layout, spans
@@ -626,8 +626,8 @@ def _offload_plan_verdict(ckpt: CheckpointFacts, ranks: list[RankFacts], label: 
                 rules=list(PARALLEL_RULES))
     if not ckpt.tensors:
         return _unknown("offload_plan", f"{label}: no per-tensor facts: the ranks' shares cannot be computed", **nums)
-    if refusal is not None:
-        return _unknown("offload_plan", f"{label}: {refusal}", **nums)
+    if refusal is not None:  # a definite failure at load: the plan cannot be run as declared
+        return _blocked("offload_plan", "PARALLEL_SPLIT_REFUSED", f"{label}: {refusal}", **nums)
     parts = [f"{label}, {ACCOUNTING}: each worker runs its own offloader with the same budget "
              f"{gib(plans[0].budget_bytes)} over its own share of the weights ({rule.short()})"]
     parts += [_rank_where(r) for r in ranks]
@@ -671,11 +671,14 @@ def _host_verdicts(settings, host: HostFacts, ckpt: CheckpointFacts, ranks: list
 
 def parallel_capacity_verdicts(settings, gpus: list[GpuDevice | None], host: HostFacts, ckpt: CheckpointFacts,
                                kv: KvEstimate, run_disk_free_bytes: int | None, tp: int, pp: int, calibration=None,
-                               partition: tuple[int, ...] | None = None) -> list[Verdict]:
+                               partition: tuple[int, ...] | None = None,
+                               ranks: list[RankFacts] | None = None) -> list[Verdict]:
     """Every check of capacity.CHECKS for the TP x PP protocol, in that order. GPU checks per rank against that
-    rank's GPU (BLOCKED if any rank is, the worst rank named, every rank listed); host checks over every worker."""
+    rank's GPU (BLOCKED if any rank is, the worst rank named, every rank listed); host checks over every worker.
+    `ranks`: rank_facts of the same arguments, when the caller already has them (the per-rank split is the costly
+    part)."""
     label = protocol_label(tp, pp)
-    ranks = rank_facts(settings, gpus, ckpt, kv, tp, pp, partition)
+    ranks = ranks if ranks is not None else rank_facts(settings, gpus, ckpt, kv, tp, pp, partition)
     problems = split_refusals(ckpt, tp, pp)
     refusal = (f"vLLM refuses this split at load: {'; '.join(problems)} "
                f"({PARALLEL_RULES['tp_divisible'].short()})") if problems else None
@@ -689,10 +692,11 @@ def parallel_capacity_verdicts(settings, gpus: list[GpuDevice | None], host: Hos
 # ---- the table ---------------------------------------------------------------------------------------------------
 
 def rank_rows(settings, gpus: list[GpuDevice | None], ckpt: CheckpointFacts, kv: KvEstimate, tp: int, pp: int,
-              calibration=None, partition: tuple[int, ...] | None = None) -> list[str]:
+              calibration=None, partition: tuple[int, ...] | None = None,
+              ranks: list[RankFacts] | None = None) -> list[str]:
     """One row per rank (GPU, TP rank, PP stage, layers, weights on its GPU, offloaded logical and pinned, KV,
     budget) and a row with the host total."""
-    ranks = rank_facts(settings, gpus, ckpt, kv, tp, pp, partition)
+    ranks = ranks if ranks is not None else rank_facts(settings, gpus, ckpt, kv, tp, pp, partition)
     reserve = calibration.reserve_bytes if calibration is not None else _gib_bytes(settings.gpu_reserve_gib)
     rows = [f"{'rank':<5} {'GPU':<5} {'TP':>3} {'PP':>3} {'layers':<10} {'weights on GPU':>15} {'offloaded':>13} "
             f"{'pinned':>13} {'KV':>13} {'GPU budget':>13}"]

@@ -48,6 +48,36 @@ _REVISION = re.compile(r"^[0-9a-f]{40}$")
 _MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)?$")
 _IMAGE = re.compile(r"^(sha256:[0-9a-f]{64}|[a-z0-9][a-z0-9._/:-]*(@sha256:[0-9a-f]{64})?)$")
 _GPU_UUID = re.compile(r"^(GPU|MIG)-[0-9a-fA-F-]{8,}$")
+_NCCL_KEY = re.compile(r"^NCCL_[A-Z0-9_]{1,64}$")
+
+# The multi-GPU protocol (settings field multi_gpu): vLLM's own tensor and pipeline parallelism over the GPUs
+# listed, one GPU per rank. It is a separate protocol: its plan, receipt and report say "N-GPU protocol (TP x PP)".
+MAX_PARALLEL = 16
+MULTI_GPU_FIELDS = ("gpus", "tensor_parallel_size", "pipeline_parallel_size", "nccl_env")
+# The NCCL environment of the public TP3 field report (three 96 GB cards, peer access forced on in the driver):
+# peer-to-peer and shared-memory transports allowed, P2P across PCIe root complexes (NCCL_P2P_LEVEL=SYS), at
+# least 8 channels, and the legacy cudaIpc transport instead of cuMem (NCCL_CUMEM_ENABLE=0). Assumed, and shown
+# as ASSUMED, when multi_gpu leaves nccl_env out; `"nccl_env": {}` passes none.
+FIELD_NCCL_ENV = {
+    "NCCL_P2P_DISABLE": "0", "NCCL_SHM_DISABLE": "0", "NCCL_P2P_LEVEL": "SYS", "NCCL_MIN_NCHANNELS": "8",
+    "NCCL_CUMEM_ENABLE": "0", "NCCL_CUMEM_HOST_ENABLE": "0",
+}
+
+
+@dataclass(frozen=True)
+class MultiGpu:
+    """The declared multi-GPU protocol: rank r runs on gpus[r] (rank = PP stage x TP + TP rank, as vLLM
+    assigns devices)."""
+
+    gpus: tuple[int | str, ...]
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    nccl_env: dict[str, str]
+
+    @property
+    def label(self) -> str:
+        return (f"{len(self.gpus)}-GPU protocol (TP {self.tensor_parallel_size} x PP "
+                f"{self.pipeline_parallel_size})")
 
 
 class SettingsError(ValueError):
@@ -87,6 +117,17 @@ class Settings:
     max_requests: int
     offload_pinning: str  # one of OFFLOAD_PINNINGS
     assumed: dict[str, str] = field(default_factory=dict)  # field -> "value (why)"
+    multi_gpu: MultiGpu | None = None  # None: the one-GPU protocol, the kit's main question
+
+    @property
+    def protocol(self) -> str:
+        """What a result of these settings is: the one-GPU protocol, or "N-GPU protocol (TP x PP)"."""
+        return "one-GPU protocol" if self.multi_gpu is None else self.multi_gpu.label
+
+    @property
+    def gpu_selectors(self) -> tuple[int | str, ...]:
+        """Every GPU the session uses, in rank order (the one GPU of the one-GPU protocol)."""
+        return (self.gpu,) if self.multi_gpu is None else self.multi_gpu.gpus
 
 
 # field -> (kind, low, high); kinds: int, number, str, bool, gpu, revision, model_id, path, image, kv, pinning
@@ -100,7 +141,7 @@ OWN_FIELDS: dict[str, tuple] = {
     "request_timeout_s": ("int", 1, MAX_DEADLINE_S), "serve_window_s": ("int", 1, MAX_DEADLINE_S),
     "shm_gib": ("number", 0.0625, 4096), "pids_limit": ("int", 64, 4194304),
     "free_floor_gib": ("number", 0, 4096), "max_requests": ("int", 1, 10_000_000),
-    "offload_pinning": ("pinning",),
+    "offload_pinning": ("pinning",), "multi_gpu": ("multi_gpu",),
 }
 _OWN_REQUIRED: tuple[str, ...] = ("model_id", "model_revision", "model_path", "image", "gpu", "context_tokens",
                  "prefill_chunk_tokens", "cpu_offload_gib", "container_ram_gib", "host_headroom_gib", "deadline_s")
@@ -136,6 +177,8 @@ def check_field(name: str, value, spec: tuple) -> str | None:
         return None
     if kind == "bool":
         return None if isinstance(value, bool) else f"{shown}: must be true or false"
+    if kind == "multi_gpu":
+        return None  # a block of its own: multi_gpu_errors
     if kind == "pinning" and value not in OFFLOAD_PINNINGS:
         return (f"{shown}: must be \"rounded\" (vLLM's default: each offloaded parameter pinned by torch's "
                 "allocator, rounded up to a power of two) or \"exact\" (the engine gets "
@@ -188,6 +231,8 @@ def parse_settings(data: dict, path: str, sha256: str) -> Settings:
             problem = check_field(reverse.get(key, key), value, OWN_FIELDS[key])
             if problem:
                 errors.append(problem)
+    if "multi_gpu" in body and "multi_gpu" in allowed:
+        errors += multi_gpu_errors(body["multi_gpu"], body.get("gpu"))
     if errors:
         raise SettingsError(path, errors)
     values = dict(body)
@@ -204,7 +249,75 @@ def parse_settings(data: dict, path: str, sha256: str) -> Settings:
         values[key] = float(values[key])
     if values["container_cpus"] is not None:
         values["container_cpus"] = float(values["container_cpus"])
+    if "multi_gpu" in values:
+        values["multi_gpu"], nccl_assumed = multi_gpu_of(values["multi_gpu"])
+        if nccl_assumed:
+            assumed["multi_gpu.nccl_env"] = (f"{' '.join(f'{k}={v}' for k, v in FIELD_NCCL_ENV.items())} (the "
+                                             "NCCL environment of the public TP3 field report; {} passes none)")
     return Settings(source_schema=schema, path=path, sha256=sha256, assumed=assumed, **values)
+
+
+def multi_gpu_errors(block, gpu) -> list[str]:
+    """Every rule the multi_gpu block breaks, each naming the field, the value and the rule."""
+    if not isinstance(block, dict):
+        return [f"field 'multi_gpu': value {as_json(block)}: must be an object with gpus, tensor_parallel_size, "
+                "pipeline_parallel_size and optionally nccl_env"]
+    errors = [f"field 'multi_gpu.{k}': value {as_json(v)}: unknown field (allowed: {', '.join(MULTI_GPU_FIELDS)})"
+              for k, v in block.items() if k not in MULTI_GPU_FIELDS]
+    errors += [f"field 'multi_gpu.{k}': required" for k in MULTI_GPU_FIELDS[:3] if k not in block]
+    for key in ("tensor_parallel_size", "pipeline_parallel_size"):
+        if key in block:
+            problem = check_field(f"multi_gpu.{key}", block[key], ("int", 1, MAX_PARALLEL))
+            errors += [problem] if problem else []
+    gpus = block.get("gpus")
+    if "gpus" in block:
+        if not isinstance(gpus, list) or not 2 <= len(gpus) <= MAX_PARALLEL:
+            errors.append(f"field 'multi_gpu.gpus': value {as_json(gpus)}: must be a list of 2 to {MAX_PARALLEL} "
+                          "GPU indexes or UUIDs, one per rank (one GPU is the one-GPU protocol: leave multi_gpu out)")
+            gpus = None
+        else:
+            for i, selector in enumerate(gpus):
+                problem = check_field(f"multi_gpu.gpus[{i}]", selector, ("gpu",))
+                errors += [problem] if problem else []
+            if len({json_key(s) for s in gpus}) != len(gpus):
+                errors.append(f"field 'multi_gpu.gpus': value {as_json(gpus)}: must name each GPU once")
+            if gpu is not None and gpus and json_key(gpus[0]) != json_key(gpu):
+                errors.append(f"field 'gpu': value {as_json(gpu)}: must be the first GPU of multi_gpu.gpus "
+                              f"({as_json(gpus[0])}), rank 0's GPU")
+    tp, pp = block.get("tensor_parallel_size"), block.get("pipeline_parallel_size")
+    if (isinstance(gpus, list) and isinstance(tp, int) and isinstance(pp, int) and not isinstance(tp, bool)
+            and not isinstance(pp, bool)):
+        if tp * pp != len(gpus):
+            errors.append(f"field 'multi_gpu': tensor_parallel_size {tp} x pipeline_parallel_size {pp} = {tp * pp} "
+                          f"ranks: must equal the {len(gpus)} GPUs listed (vLLM runs one rank per GPU)")
+    errors += _nccl_errors(block.get("nccl_env", {}))
+    return errors
+
+
+def json_key(selector) -> str:
+    """A GPU selector as a comparable key (an index and a UUID never collide)."""
+    return as_json(selector)
+
+
+def _nccl_errors(env) -> list[str]:
+    if not isinstance(env, dict):
+        return [f"field 'multi_gpu.nccl_env': value {as_json(env)}: must be an object of NCCL_* names to strings"]
+    errors = []
+    for key, value in env.items():
+        if not _NCCL_KEY.match(key):
+            errors.append(f"field 'multi_gpu.nccl_env.{key}': must be an NCCL_* variable name (upper case)")
+        elif not isinstance(value, str) or len(value) > 256 or "\x00" in value:
+            errors.append(f"field 'multi_gpu.nccl_env.{key}': value {as_json(value)}: must be a string of at most "
+                          "256 characters")
+    return errors
+
+
+def multi_gpu_of(block: dict) -> tuple[MultiGpu, bool]:
+    """A validated multi_gpu block as MultiGpu, and whether its NCCL environment was assumed."""
+    assumed = "nccl_env" not in block
+    return MultiGpu(gpus=tuple(block["gpus"]), tensor_parallel_size=block["tensor_parallel_size"],
+                    pipeline_parallel_size=block["pipeline_parallel_size"],
+                    nccl_env=dict(FIELD_NCCL_ENV if assumed else block["nccl_env"])), assumed
 
 
 def load_settings(path: Path) -> Settings:

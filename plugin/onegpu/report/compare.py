@@ -187,10 +187,20 @@ def fact_lines(a: RunEvidence, b: RunEvidence) -> list[str]:
     return lines
 
 
+def gpu_protocol(receipt) -> str:
+    """The run's GPU protocol: the multi-GPU protocol's label, else the one-GPU protocol."""
+    return (receipt.get("selection") or {}).get("protocol") or "one-GPU protocol"
+
+
 def compare_runs(a: RunEvidence, b: RunEvidence) -> list[str]:
     """The comparison, one line each: identities first, then the differences."""
-    head = [f"A: {a.label} ({a.receipt.get('kind')}, started {a.receipt.get('started_at')})",
-            f"B: {b.label} ({b.receipt.get('kind')}, started {b.receipt.get('started_at')})", ""]
+    head = [f"A: {a.label} ({a.receipt.get('kind')}, started {a.receipt.get('started_at')}, "
+            f"{gpu_protocol(a.receipt)})",
+            f"B: {b.label} ({b.receipt.get('kind')}, started {b.receipt.get('started_at')}, "
+            f"{gpu_protocol(b.receipt)})", ""]
+    if gpu_protocol(a.receipt) != gpu_protocol(b.receipt):
+        head += [f"DIFFERENT PROTOCOLS: A is the {gpu_protocol(a.receipt)}, B the {gpu_protocol(b.receipt)}; the "
+                 "differences below are between two separate protocols, never one result", ""]
     return head + identity_lines(a, b) + [""] + verdict_lines(a, b) + [""] + fact_lines(a, b)
 
 

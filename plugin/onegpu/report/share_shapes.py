@@ -19,6 +19,7 @@ SHAPES = {
     "code": re.compile(r"^[A-Z][A-Z0-9_]{1,40}$|^HTTP [0-9]{3}$|^NO RECORD \(never sent\)$"),
     "test": re.compile(r"^test_[A-Za-z0-9_]{1,150}$"),
     "headline": re.compile(r"^[A-Z][A-Z0-9 ,'()/-]{2,119}$"),
+    "protocol": re.compile(r"^[0-9]{1,2}-GPU protocol \(TP [0-9]{1,2} x PP [0-9]{1,2}\)$"),  # settings.protocol
     "run_id": re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"),  # a run folder's own name, never its path
     # The operator's own words in their score file (benchmark, metric, scorer): short, and a slash only as " / "
     # between words (checked with those removed), so no path passes.

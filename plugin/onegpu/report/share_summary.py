@@ -100,6 +100,11 @@ def _progress(p) -> str:
 
 def _banners(receipt: ReceiptData) -> list[str]:
     out = []
+    protocol = _dict(receipt.get("selection")).get("protocol")
+    if protocol:
+        out.append(f"**MULTI-GPU: {shaped('protocol', protocol)}**: vLLM's own tensor and pipeline parallelism over "
+                   "several GPUs, a separate protocol: nothing of this run is a one-GPU result or may be pooled "
+                   "with one.")
     if receipt.get("hardware_source") == "replayed":
         out.append("**HARDWARE FACTS REPLAYED** from a recorded profile: they describe that machine, not the one "
                    "this ran on; nothing was started.")
@@ -117,13 +122,26 @@ def _banners(receipt: ReceiptData) -> list[str]:
 def _one_card(receipt: ReceiptData) -> str:
     gpu = _dict(_dict(receipt.get("hardware")).get("gpu"))
     devices = [d for d in gpu.get("devices") or [] if isinstance(d, dict)]
-    index = _dict(receipt.get("selection")).get("gpu_index")
+    selection = _dict(receipt.get("selection"))
+    if selection.get("protocol"):
+        return _gpu_set_line(selection, devices)
+    index = selection.get("gpu_index")
     chosen = next((d for d in devices if d.get("index") == index), None)
     if chosen is None:
         return f"no GPU selected ({len(devices)} visible)"
     others = len(devices) - 1
     return (f"one GPU: {shaped('gpu_name', chosen.get('name'))} {gib(chosen.get('total_bytes'))}; "
             + (f"{others} other card(s) in the machine not counted" if others else "no second card counted"))
+
+
+def _gpu_set_line(selection: dict, devices: list[dict]) -> str:
+    """The multi-GPU protocol's cards, named as such: never "one GPU"."""
+    by_index = {d.get("index"): d for d in devices}
+    cards = [by_index.get(member.get("index")) or {} for member in selection.get("gpu_set") or []
+             if isinstance(member, dict)]
+    shown = ", ".join(f"{shaped('gpu_name', d.get('name'))} {gib(d.get('total_bytes'))}" for d in cards)
+    return (f"{shaped('protocol', selection.get('protocol'))}, not a one-GPU result: "
+            + (shown or "its GPUs were not found"))
 
 
 def model_lines(receipt: ReceiptData, settings: dict) -> list[str]:

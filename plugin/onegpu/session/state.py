@@ -25,6 +25,8 @@ class KitSession:
     held_back: int = 0  # approve_load tests deselected for want of approval
     held_for_options: list[str] = field(default_factory=list)  # options whose tests were deselected (not given)
     held_for_options_count: int = 0
+    held_for_protocol: int = 0  # tests of the GPU protocol the settings do not declare (one-GPU or multi-GPU)
+    protocol_held: str = ""  # which: "multi_gpu" or "one_gpu"
     shown: dict[str, list[str]] = field(default_factory=lambda: {p: [] for p in PHASES})
     tables: dict[str, list[str]] = field(default_factory=dict)  # titled blocks printed at the end
     blocked: dict[str, dict] = field(default_factory=dict)  # nodeid -> Blocked.as_json()

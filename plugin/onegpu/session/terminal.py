@@ -66,4 +66,9 @@ def deselected_line(kit: KitSession) -> str:
     if kit.held_for_options_count:
         parts.append(f"{kit.held_for_options_count} that need an option not given "
                      f"({', '.join(kit.held_for_options)})")
-    return f"onegpu: {kit.held_back + kit.held_for_options_count} test(s) deselected: " + "; ".join(parts)
+    if kit.held_for_protocol:
+        parts.append(f"{kit.held_for_protocol} that check the multi-GPU protocol (the settings declare no multi_gpu)"
+                     if kit.protocol_held == "multi_gpu" else
+                     f"{kit.held_for_protocol} that claim the one-GPU protocol (the settings declare multi_gpu)")
+    total = kit.held_back + kit.held_for_options_count + kit.held_for_protocol
+    return f"onegpu: {total} test(s) deselected: " + "; ".join(parts)
