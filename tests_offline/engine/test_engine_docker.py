@@ -118,6 +118,27 @@ def test_checkpoint_mount_is_read_only_and_socket_folder_writable(docker_client,
     assert not (tmp_path / "ckpt" / "written-by-engine").exists()
 
 
+def test_the_engine_can_load_code_it_compiles_into_its_scratch_folders(docker_client, tmp_path, stub_image):
+    """Triton (under HOME) and torch inductor (under /tmp) load the kernels they compile from there; Docker mounts a
+    tmpfs noexec unless told otherwise, which fails them ("failed to map segment from shared object")."""
+    spec = make_spec(tmp_path, stub_image)
+    code, out = short_run(docker_client, spec, (
+        "import mmap, os\n"
+        "for folder in (os.environ['HOME'], '/tmp'):\n"
+        "    mount = next(l.split() for l in open('/proc/mounts') if l.split()[1] == folder)\n"
+        "    path = folder + '/kernel.bin'\n"
+        "    open(path, 'wb').write(b'\\0' * 4096)\n"
+        "    with open(path, 'rb') as f:\n"
+        "        try:\n"
+        "            mmap.mmap(f.fileno(), 4096, prot=mmap.PROT_READ | mmap.PROT_EXEC, flags=mmap.MAP_PRIVATE)\n"
+        "            print(folder, 'exec ok', mount[3])\n"
+        "        except OSError as e:\n"
+        "            print(folder, 'exec refused', e, mount[3])\n"))
+    assert code == 0, out
+    assert "/home/engine exec ok" in out and "/tmp exec ok" in out, out
+    assert "noexec" not in out and "nosuid" in out
+
+
 def test_a_uid_without_a_passwd_entry_still_has_a_user_name(docker_client, tmp_path, stub_image):
     """The engine runs as the invoking uid, which the image's /etc/passwd need not list: getpass (torch inductor's
     cache folder) then answers from USER/LOGNAME, and fails without them."""

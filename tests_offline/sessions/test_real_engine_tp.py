@@ -24,7 +24,9 @@ def qwen3_moe(tmp_path_factory):
 
 def test_a_tp2_session_on_the_real_engine_loads_and_answers_the_canary(docker_client, tmp_path, real_engine_image,
                                                                        qwen3_moe):
-    project = make_project(tmp_path / "p", real_engine_image, "cpu", qwen3_moe, model_id="tiny/qwen3-moe", gpus=2)
+    # The plan assumes 8 GiB of the container's own needs per worker process: two workers need a 16 GiB cap.
+    project = make_project(tmp_path / "p", real_engine_image, "cpu", qwen3_moe, model_id="tiny/qwen3-moe", gpus=2,
+                           container_ram_gib=16)
     proc = session(project, "runs/tp2", None, "--timeout=1200", mark="approve_load and canary")
     try:
         out = finish(proc, 1200)
@@ -57,7 +59,7 @@ def test_a_tp2_session_on_the_real_engine_loads_and_answers_the_canary(docker_cl
     assert receipt["gpu_lock"]["gpu_uuids"] == [m["uuid"] for m in selection["gpu_set"]]
     # The engine really ran two ranks: its own log says so.
     log = (folder / "engine.log").read_text()
-    assert "world_size=2 rank=1" in log and "TP rank 1" in log, log[-3000:]
+    assert "world_size=2 rank=1" in log and "(Worker_TP1 pid=" in log, log[-3000:]
     # Capacity was judged per rank, each rank on its own card.
     gpu_weights = next(v for v in receipt["capacity"] if v["check"] == "gpu_weights")
     assert "rank 1" in gpu_weights["message"], gpu_weights

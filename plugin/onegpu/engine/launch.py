@@ -24,10 +24,13 @@ ENGINE_HOME = "/home/engine"
 ENGINE_USER = "engine"
 
 # Writable scratch for a non-root engine: caches under HOME and /tmp. tmpfs pages count against the
-# container's memory cap, so they are bounded; `mode=1777` lets any uid write there.
+# container's memory cap, so they are bounded; `mode=1777` lets any uid write there. `exec`: Docker mounts a
+# tmpfs noexec unless told otherwise, and the engine loads the kernels it compiles at run time from there
+# (Triton's cache under HOME, torch inductor's under /tmp): a noexec mount fails them with "failed to map
+# segment from shared object" (seen on vLLM's CPU build at tensor parallel size 2).
 TMPFS = {
-    ENGINE_HOME: "rw,nosuid,nodev,size=2g,mode=1777",
-    "/tmp": "rw,nosuid,nodev,size=2g,mode=1777",
+    ENGINE_HOME: "rw,nosuid,nodev,exec,size=2g,mode=1777",
+    "/tmp": "rw,nosuid,nodev,exec,size=2g,mode=1777",
 }
 
 # Offline use, no usage reporting (KIT.md 6).
