@@ -84,6 +84,8 @@ def make_project(root: Path, image: str, engine: str = "stub", checkpoint: Path 
                 **(STUB_SETTINGS if engine == "stub" else CPU_SETTINGS), **settings_over}
     if gpus > 1:
         settings["multi_gpu"] = {"gpus": list(range(gpus)), "tensor_parallel_size": gpus, "pipeline_parallel_size": 1}
+        if "container_ram_gib" not in settings_over:  # the plan assumes 8 GiB of own needs per worker process
+            settings["container_ram_gib"] += 8 * (gpus - 1)
     (root / "s.json").write_text(json.dumps(settings))
     # The recorded H200 answers under GPU UUIDs of this project's own: concurrent sessions on one machine
     # would otherwise share the per-GPU lock (which then rightly refuses the second one).

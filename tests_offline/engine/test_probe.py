@@ -173,6 +173,16 @@ def test_device_count_other_than_one_is_incompatible():
         assert exc.value.code == "RUNTIME_INCOMPATIBLE"
 
 
+def test_the_multi_gpu_protocol_needs_exactly_its_set_of_devices():
+    facts = judge_probe(result(devices=3), FLAGS, "cuda", expected_devices=3)
+    assert facts.cuda_device_count == 3 and describe(facts).startswith("vLLM 0.11.0, torch 2.8.0, 3 CUDA devices;")
+    for count in (1, 2, 4):
+        with pytest.raises(Blocked) as exc:
+            judge_probe(result(devices=count), FLAGS, "cuda", expected_devices=3)
+        assert exc.value.code == "RUNTIME_INCOMPATIBLE"
+        assert f"sees {count} CUDA devices; exactly 3 (the GPUs of the multi-GPU protocol, one per rank)" in exc.value.message
+
+
 def test_the_cpu_build_double_passes_only_on_vllms_cpu_platform_without_cuda_devices():
     facts = judge_probe(result(devices=0, platform="cpu"), FLAGS, "cpu")
     assert facts.platform == "cpu" and "vLLM's CPU platform, 0 CUDA devices" in describe(facts)

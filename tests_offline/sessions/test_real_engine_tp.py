@@ -24,9 +24,7 @@ def qwen3_moe(tmp_path_factory):
 
 def test_a_tp2_session_on_the_real_engine_loads_and_answers_the_canary(docker_client, tmp_path, real_engine_image,
                                                                        qwen3_moe):
-    # The plan assumes 8 GiB of the container's own needs per worker process: two workers need a 16 GiB cap.
-    project = make_project(tmp_path / "p", real_engine_image, "cpu", qwen3_moe, model_id="tiny/qwen3-moe", gpus=2,
-                           container_ram_gib=16)
+    project = make_project(tmp_path / "p", real_engine_image, "cpu", qwen3_moe, model_id="tiny/qwen3-moe", gpus=2)
     proc = session(project, "runs/tp2", None, "--timeout=1200", mark="approve_load and canary")
     try:
         out = finish(proc, 1200)

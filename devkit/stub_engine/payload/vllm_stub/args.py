@@ -67,6 +67,7 @@ FLAGS: list[tuple[str, tuple[str, ...], dict]] = [
     ("ParallelConfig", ("--tensor-parallel-size", "-tp"), dict(type=int, default=1, help="Number of tensor parallel groups.")),
     ("ParallelConfig", ("--pipeline-parallel-size", "-pp"), dict(type=int, default=1, help="Number of pipeline parallel groups.")),
     ("ParallelConfig", ("--data-parallel-size", "-dp"), dict(type=int, default=1, help="Number of data parallel groups.")),
+    ("ParallelConfig", ("--distributed-executor-backend",), dict(default=None, choices=["external_launcher", "mp", "ray", "uni"], help="Backend to use for distributed model workers, either \"ray\" or \"mp\" (multiprocessing).")),
     ("ParallelConfig", ("--disable-custom-all-reduce",), dict(action=BOOL, default=False, help="Disable the custom all-reduce kernel.")),
     ("CacheConfig", ("--block-size",), dict(type=int, default=None, choices=[1, 8, 16, 32, 64, 128], help="Size of a contiguous cache block in number of tokens.")),
     ("CacheConfig", ("--gpu-memory-utilization",), dict(type=float, default=0.9, help="The fraction of GPU memory to be used for the model executor.")),
