@@ -7,7 +7,7 @@ from onegpu.engine.probe_parse import describe
 pytestmark = [pytest.mark.approve_load, pytest.mark.phase("probe")]
 
 
-def test_this_session_holds_the_selected_gpu_alone(gpu_lock, fact):
+def test_this_session_holds_its_gpus_alone(gpu_lock, fact):
     fact(gpu_lock.describe)
 
 
@@ -15,5 +15,5 @@ def test_kit_containers_of_dead_sessions_are_removed_first(leftovers_removed, fa
     fact(leftovers.summary, leftovers_removed)
 
 
-def test_image_runtime_knows_every_launch_flag_and_sees_one_gpu(runtime_probe, fact):
+def test_image_runtime_knows_every_launch_flag_and_sees_its_gpus(runtime_probe, fact):
     fact(describe, runtime_probe)

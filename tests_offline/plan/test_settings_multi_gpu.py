@@ -48,6 +48,8 @@ def test_an_explicit_nccl_environment_is_taken_as_written_even_empty(tmp_path):
     ({"gpus": [0, 1]}, "field 'multi_gpu.tensor_parallel_size': required"),
     ({**TWO_CARDS, "ray": True}, "field 'multi_gpu.ray': value true: unknown field"),
     ({**TWO_CARDS, "nccl_env": {"LD_PRELOAD": "/x.so"}}, "field 'multi_gpu.nccl_env.LD_PRELOAD': must be an NCCL_*"),
+    ({**TWO_CARDS, "nccl_env": {"NCCL_DEBUG": "INFO\nNCCL_X=1"}},
+     "field 'multi_gpu.nccl_env.NCCL_DEBUG': value \"INFO\\nNCCL_X=1\": must be a string of at most 256 printable"),
     ({**TWO_CARDS, "nccl_env": {"NCCL_DEBUG": 1}}, "field 'multi_gpu.nccl_env.NCCL_DEBUG': value 1: must be a "
                                                    "string"),
     ({**TWO_CARDS, "gpus": [1, 0]}, "field 'gpu': value 0: must be the first GPU of multi_gpu.gpus (1)"),

@@ -100,7 +100,7 @@ def test_sigterm_mid_boot_removes_the_container_at_once_and_a_second_session_is_
         # While A boots, a second session on the same GPU is refused, naming A.
         finish(session(project, "runs/b"))
         second = receipt_of(project, "runs/b")
-        lock_test = [e for n, e in second["tests"].items() if n.endswith("test_this_session_holds_the_selected_gpu_alone")]
+        lock_test = [e for n, e in second["tests"].items() if n.endswith("test_this_session_holds_its_gpus_alone")]
         assert lock_test[0]["code"] == "GPU_LOCKED" and f"pid {proc.pid}" in lock_test[0]["message"]
         assert second["phases"]["load"]["verdict"] == "BLOCKED" and kit_containers(docker_client, "b") == []
         assert engine_container(docker_client, "a") is not None  # B touched nothing of A's

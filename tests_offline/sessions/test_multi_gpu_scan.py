@@ -59,7 +59,7 @@ def scan(tmp_path, checkpoint, profile: str, multi_gpu: dict | None) -> dict:
     receipt = json.loads((out / "receipt.json").read_text())
     tests = {nodeid.split("::")[-1]: entry for nodeid, entry in receipt["tests"].items()}
     return {"done": done, "receipt": receipt, "tests": tests, "folder": out,
-            "plan": json.loads((out / "plan.json").read_text()),
+            "plan": json.loads((out / "plan.json").read_text()) if (out / "plan.json").exists() else None,
             "profile": json.loads((PROFILES / profile).read_text())}
 
 
@@ -90,8 +90,25 @@ def test_three_cards_with_peer_access_plan_a_tp3_protocol_labelled_as_such(tmp_p
     # Every artefact says what this is.
     summary = (run["folder"] / "summary-share.md").read_text()
     assert f"{label}, not a one-GPU result" in summary and f"**MULTI-GPU: {label}**" in summary
-    assert f"MULTI-GPU: {label}" in (run["folder"] / "report.html").read_text()
+    report = (run["folder"] / "report.html").read_text()
+    assert f"MULTI-GPU: {label}" in report
+    assert all(f"rank {r} of the {label}" in report for r in range(3))
+    assert "SELECTED (the only card counted)" not in report and "only the selected GPU is counted" not in report
+    assert "only the GPUs of the multi-GPU protocol's set are counted" in summary
+    assert "only the selected GPU is counted" not in summary
     assert label in run["done"].stdout
+
+
+def test_a_card_of_the_set_missing_still_reads_as_the_multi_gpu_protocol(tmp_path, checkpoint):
+    run = scan(tmp_path, checkpoint, "two-card-tower-rtx-pro-6000-96gb.json",
+               {"gpus": [0, 2], "tensor_parallel_size": 2, "pipeline_parallel_size": 1})
+    found = run["tests"]["test_every_gpu_of_the_declared_set_is_found"]
+    assert found["outcome"] == "blocked" and found["code"] == "GPU_NOT_FOUND", found
+    label = "2-GPU protocol (TP 2 x PP 1)"
+    assert run["receipt"]["selection"]["protocol"] == label
+    summary = (run["folder"] / "summary-share.md").read_text()
+    assert f"**MULTI-GPU: {label}**" in summary and f"{label}, not a one-GPU result" in summary
+    assert "one GPU: " not in summary and "only the selected GPU is counted" not in summary
 
 
 def test_two_cards_without_peer_access_block_with_the_pairs_and_their_status(tmp_path, checkpoint):
@@ -112,7 +129,12 @@ def test_one_gpu_settings_on_a_three_card_tower_are_the_one_gpu_protocol_unchang
     assert not any(b.startswith("MULTI-GPU") for b in receipt["banners"])
     assert "gpu_uuids" not in receipt["launch"] and "gpu_uuids" not in run["plan"]["identity"]
     assert not any(k.startswith("NCCL_") for k in receipt["launch"]["environment"])
-    assert "one GPU: " in (run["folder"] / "summary-share.md").read_text()
+    summary, report = (run["folder"] / "summary-share.md").read_text(), (run["folder"] / "report.html").read_text()
+    assert "one GPU: " in summary and "only the selected GPU is counted" in summary
+    assert "SELECTED (the only card counted)" in report and "only the selected GPU is counted" in report
+    # The one-GPU plan.json and receipt carry no multi_gpu key: they read as before the protocol existed.
+    assert "multi_gpu" not in run["plan"]["settings"]["values"]
+    assert "multi_gpu" not in receipt["settings"]["values"]
 
 
 def test_compare_names_two_runs_of_different_protocols_as_such(tmp_path, checkpoint):

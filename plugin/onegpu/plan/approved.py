@@ -14,6 +14,7 @@ from pathlib import Path
 from onegpu.core.jsonable import to_json
 from onegpu.machine.checks import select_gpu
 from onegpu.core.outcomes import Blocked
+from onegpu.plan.settings import settings_values
 
 PLAN_SCHEMA = "onegpu/plan@1"
 IDENTITY_KEYS = ("image_id", "gpu_uuid", "settings_sha256", "checkpoint_files", "launch_argv")
@@ -62,8 +63,8 @@ def plan_document(settings, hardware, checkpoint_summary: dict, image, verdicts,
         "schema": PLAN_SCHEMA,
         "identity": identity,
         "settings": {"path": settings.path, "schema": settings.source_schema, "sha256": settings.sha256,
-                     "values": {k: v for k, v in to_json(settings).items() if k not in ("path", "sha256", "assumed",
-                                                                                       "source_schema")},
+                     "values": {k: v for k, v in settings_values(settings).items()
+                                if k not in ("path", "sha256", "assumed", "source_schema")},
                      "assumed": dict(settings.assumed)},
         "hardware": {"source": hardware.source, "profile": hardware.profile,
                      "gpu": to_json(gpu) if gpu is not None else None},

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from onegpu.core import strict_json
+from onegpu.core.jsonable import to_json
 from onegpu.plan.kv_dtypes import KV_DTYPES
 from onegpu.core.shown import as_json
 
@@ -128,6 +129,15 @@ class Settings:
     def gpu_selectors(self) -> tuple[int | str, ...]:
         """Every GPU the session uses, in rank order (the one GPU of the one-GPU protocol)."""
         return (self.gpu,) if self.multi_gpu is None else self.multi_gpu.gpus
+
+
+def settings_values(settings: Settings) -> dict:
+    """The settings as JSON for the receipt and plan.json. A one-GPU session's carry no multi_gpu key, as before
+    the protocol existed, so its plan.json and receipt read as they did."""
+    values = to_json(settings)
+    if values.get("multi_gpu") is None:
+        values.pop("multi_gpu", None)
+    return values
 
 
 # field -> (kind, low, high); kinds: int, number, str, bool, gpu, revision, model_id, path, image, kv, pinning
@@ -306,9 +316,10 @@ def _nccl_errors(env) -> list[str]:
     for key, value in env.items():
         if not _NCCL_KEY.match(key):
             errors.append(f"field 'multi_gpu.nccl_env.{key}': must be an NCCL_* variable name (upper case)")
-        elif not isinstance(value, str) or len(value) > 256 or "\x00" in value:
+        elif not isinstance(value, str) or len(value) > 256 or not value.isprintable():
             errors.append(f"field 'multi_gpu.nccl_env.{key}': value {as_json(value)}: must be a string of at most "
-                          "256 characters")
+                          "256 printable characters (no newline or control character: the value is shown on one "
+                          "line of the launch plan)")
     return errors
 
 

@@ -114,3 +114,14 @@ def absent(receipt: ReceiptData, phase: str, what: str = "") -> str:
     else:
         text = f"{lead}not recorded (phase {phase}: {verdict})"
     return f'<p class="og-notrun-text">{e(text)}</p>'
+
+
+def multi_gpu_protocol(receipt: ReceiptData) -> str | None:
+    """The "N-GPU protocol (TP x PP)" a run declared, or None for the one-GPU protocol."""
+    protocol = (receipt.get("selection") or {}).get("protocol")
+    return protocol if isinstance(protocol, str) and protocol else None
+
+
+# What a multi-GPU run's measured figures are: the sampler reads rank 0's card, the boot log has a line per worker.
+RANK0_GPU = "rank 0's GPU only"
+ONE_WORKER = "one worker's log line (each worker logs its own)"

@@ -8,7 +8,7 @@ from typing import Sequence
 from onegpu.requests.batch_summary import summary_lines
 from onegpu.core.units import gib
 from onegpu.report.insight import landing, operator_score
-from onegpu.report.parts import absent, e, kv, num, section, table, text
+from onegpu.report.parts import ONE_WORKER, RANK0_GPU, absent, e, kv, multi_gpu_protocol, num, section, table, text
 from onegpu.report.svg import memory_plot
 from onegpu.evidence.receipt_schema import ReceiptData
 
@@ -95,7 +95,9 @@ def boot(receipt: ReceiptData) -> str:
             ("model loading", f"{text(f.get('load_gib'))} GiB in {text(f.get('load_s'))} s"),
             ("CPU-offloaded parameters", f"{text(f.get('cpu_offload_gib'))} GiB" if f.get("cpu_offload_gib") is not None
              else "not reported in the log"),
-            ("server started", f.get("server_started")), ("vLLM version (log)", f.get("vllm_version"))]))
+            ("server started", f.get("server_started")), ("vLLM version (log)", f.get("vllm_version"))]
+            + ([("these figures are", f"{ONE_WORKER} of the {multi_gpu_protocol(receipt)}, not the set's total")]
+               if multi_gpu_protocol(receipt) else [])))
     else:
         failure = b.get("failure") or {}
         body.append(f'<p class="og-blocked">BLOCKED {e(b.get("code"))}: {e(b.get("message"))}</p>')
@@ -137,9 +139,11 @@ def memory(receipt: ReceiptData, samples: Sequence[dict]) -> str:
     if plot is None:
         return section("memory", "GPU memory and host RAM over time",
                        absent(receipt, "load", "no samples (they are taken while the engine runs)"))
+    gpu_scope = f" ({RANK0_GPU})" if multi_gpu_protocol(receipt) else ""
     return section("memory", "GPU memory and host RAM over time", plot + kv([
-        ("samples", peaks.get("count", len(samples))), ("GPU memory used, peak", gib(peaks.get("gpu_used_bytes_max"))),
-        ("GPU free, lowest", gib(peaks.get("gpu_free_bytes_min"))),
+        ("samples", peaks.get("count", len(samples))),
+        ("GPU memory used, peak" + gpu_scope, gib(peaks.get("gpu_used_bytes_max"))),
+        ("GPU free, lowest" + gpu_scope, gib(peaks.get("gpu_free_bytes_min"))),
         ("host available RAM, lowest", gib(peaks.get("host_available_bytes_min"))),
         ("container memory, peak", gib(peaks.get("container_memory_bytes_max"))),
         ("samples with a reading error", peaks.get("errors"))]))
@@ -227,6 +231,13 @@ def serve(receipt: ReceiptData) -> str:
                    f"{e(streams.get('label') or '')}</p>" + kv(rows))
 
 
+def counted_cards(receipt: ReceiptData) -> str:
+    """Which cards a run's figures count: the selected GPU, or the multi-GPU protocol's set."""
+    protocol = multi_gpu_protocol(receipt)
+    return (f"only the GPUs of the {protocol} are counted, each as its rank; any other card in the machine is "
+            "ignored" if protocol else "only the selected GPU is counted; any other card in the machine is ignored")
+
+
 def warnings_and_limitations(receipt: ReceiptData) -> str:
     """The run's warnings and limitations, and the standing ones."""
     def items(values, empty):
@@ -236,4 +247,4 @@ def warnings_and_limitations(receipt: ReceiptData) -> str:
                    "<h4>Warnings</h4>" + items(receipt.get("warnings") or [], "none")
                    + "<h4>Limitations</h4>" + items(receipt.get("limitations") or [], "none recorded")
                    + '<p class="og-note">Header bytes are not the loaded footprint; request figures are UNSCORED '
-                     "transport records; only the selected GPU is counted.</p>")
+                     f"transport records; {e(counted_cards(receipt))}.</p>")

@@ -98,6 +98,9 @@ def landing_lines(receipt: ReceiptData) -> list[str]:
     if not record:
         return ["- not measured (no engine reached READY in this session)"]
     out = []
+    if as_dict(receipt.get("selection")).get("protocol"):
+        out.append("- multi-GPU protocol: the GPU figures measured are rank 0's card and one worker's boot-log line; "
+                   "the plan's per-rank figures are not paired with them, so they project none")
     for r in [r for r in record.get("errors") or [] if isinstance(r, dict)]:
         unit = "tokens" if r.get("unit") == "tokens" else "bytes"
         what = f"{r.get('quantity') if r.get('quantity') in LANDING_QUANTITIES else WITHHELD} ({unit})"

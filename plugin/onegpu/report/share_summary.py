@@ -15,6 +15,7 @@ from onegpu.core.limitations import GPU_LOCK as GPU_LOCK_LIMITATION
 from onegpu.plan.kv_pool import ACCOUNTING
 from onegpu.core.outcomes import CODES, consequence
 from onegpu.core.outcomes import PHASES
+from onegpu.report.parts import ONE_WORKER, RANK0_GPU
 from onegpu.report.share_shapes import SHAPES, WITHHELD, gib, number, shaped
 from onegpu.report.share_shapes import as_dict as _dict, finite as _n
 from onegpu.evidence.verdicts import capacity_tally
@@ -25,8 +26,9 @@ from onegpu.evidence.receipt_schema import ReceiptData
 KNOWN_LIMITATIONS = (GPU_LOCK_LIMITATION,)
 STANDING = ("header bytes are not the loaded footprint: a capacity OK means no definite failure was found, never "
             "that the model fits",
-            "request figures are UNSCORED: counts and transport times, not a score or a benchmark result",
-            "only the selected GPU is counted; any other card in the machine is ignored")
+            "request figures are UNSCORED: counts and transport times, not a score or a benchmark result")
+ONE_CARD_COUNTED = "only the selected GPU is counted; any other card in the machine is ignored"
+SET_COUNTED = "only the GPUs of the multi-GPU protocol's set are counted, each as its rank; any other card is ignored"
 SIMULATED_PREFIX = "GPU SIMULATED:"
 SHARED_VERDICTS = ("PASSED", "BLOCKED", "FAILED", "SKIPPED", "INTERRUPTED")
 CUT_BY = {"SIGINT": "Ctrl-C (SIGINT)", "SIGTERM": "SIGTERM", "timeout_backstop": "the timeout backstop"}
@@ -98,9 +100,14 @@ def _progress(p) -> str:
     return ""
 
 
+def _protocol(receipt: ReceiptData) -> str | None:
+    """The multi-GPU protocol a run declared, or None (the one-GPU protocol)."""
+    return _dict(receipt.get("selection")).get("protocol") or None
+
+
 def _banners(receipt: ReceiptData) -> list[str]:
     out = []
-    protocol = _dict(receipt.get("selection")).get("protocol")
+    protocol = _protocol(receipt)
     if protocol:
         out.append(f"**MULTI-GPU: {shaped('protocol', protocol)}**: vLLM's own tensor and pipeline parallelism over "
                    "several GPUs, a separate protocol: nothing of this run is a one-GPU result or may be pooled "
@@ -244,7 +251,8 @@ def run_lines(receipt: ReceiptData) -> list[str]:
                    f" = {number(f.get('kv_cache_tokens'))} tokens; max concurrency "
                    f"{number(f.get('max_concurrency'))}x at {number(f.get('concurrency_tokens'))} tokens; CPU "
                    f"offloaded " + ("not reported in the log" if f.get("cpu_offload_gib") is None
-                                    else number(f.get("cpu_offload_gib"), " GiB")))
+                                    else number(f.get("cpu_offload_gib"), " GiB"))
+                   + (f" ({ONE_WORKER})" if _protocol(receipt) else ""))
     elif b:
         fail = _dict(b.get("failure"))
         code = b.get("code") if b.get("code") in CODES else WITHHELD
@@ -252,7 +260,8 @@ def run_lines(receipt: ReceiptData) -> list[str]:
                    f"{fail.get('oom_killed') is True}" + (f"; {QUOTED}" if code in quoted_codes(receipt) else ""))
     s = _dict(receipt.get("samples"))
     if s:
-        out.append(f"- memory samples: {number(s.get('count'))}; GPU used peak {gib(s.get('gpu_used_bytes_max'))}, "
+        scope = f" ({RANK0_GPU})" if _protocol(receipt) else ""
+        out.append(f"- memory samples: {number(s.get('count'))}; GPU used peak{scope} {gib(s.get('gpu_used_bytes_max'))}, "
                    f"host available lowest {gib(s.get('host_available_bytes_min'))}, container peak "
                    f"{gib(s.get('container_memory_bytes_max'))}")
     timings = _dict(receipt.get("timings_s"))
@@ -314,7 +323,8 @@ def limitation_lines(receipt: ReceiptData) -> list[str]:
     known = [x for x in recorded if x in KNOWN_LIMITATIONS]
     other = len(recorded) - len(known)
     warnings = len(receipt.get("warnings") or [])
-    return ([f"- {x}" for x in (*STANDING, *known)]
+    counted = SET_COUNTED if _protocol(receipt) else ONE_CARD_COUNTED
+    return ([f"- {x}" for x in (*STANDING, counted, *known)]
             + ([f"- {other} further limitation(s) recorded in the private report"] if other else [])
             + ([f"- {warnings} warning(s) recorded in the private report"] if warnings else []))
 

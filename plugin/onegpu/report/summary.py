@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 from onegpu.core.outcomes import CODES
 from onegpu.core.units import gib
 from onegpu.report.insight import calibration, consistency, proposal, under_floor
-from onegpu.report.parts import absent, e, kv, num, page_style, section, table, text
+from onegpu.report.parts import absent, e, kv, multi_gpu_protocol, num, page_style, section, table, text
 from onegpu.report.sections import run_sections
 from onegpu.evidence.receipt_schema import ReceiptData
 
@@ -96,14 +96,27 @@ def verdict(receipt: ReceiptData) -> str:
     return section("verdict", "Verdict", "".join(body))
 
 
-def _gpu_rows(gpu: dict, selected) -> list[list]:
+def _counted(receipt: ReceiptData) -> dict | None:
+    """Card index -> how it is counted: the one selected card, or each card of a multi-GPU set by its rank; None
+    when no card was selected."""
+    selection = receipt.get("selection") or {}
+    protocol = multi_gpu_protocol(receipt)
+    if protocol:
+        return {m.get("index"): f"rank {m.get('rank')} of the {protocol}" for m in selection.get("gpu_set") or []
+                if isinstance(m, dict)}
+    if selection.get("gpu_index") is None:
+        return None
+    return {selection.get("gpu_index"): "SELECTED (the only card counted)"}
+
+
+def _gpu_rows(gpu: dict, counted: dict | None) -> list[list]:
     rows = []
     for d in gpu.get("devices") or []:
         pcie = (f"gen {d.get('pcie_link_gen')} x{text(d.get('pcie_link_width'))} (max gen "
                 f"{text(d.get('pcie_max_link_gen'))} x{text(d.get('pcie_max_link_width'))})"
                 if d.get("pcie_link_gen") is not None else "unknown")
-        mark = ("no card selected (no valid settings)" if selected is None else
-                "SELECTED (the only card counted)" if d.get("index") == selected else "not counted")
+        mark = ("no card selected (no valid settings)" if counted is None else
+                counted.get(d.get("index"), "not counted"))
         rows.append([d.get("index"), mark, d.get("name"), d.get("uuid"), gib(d.get("total_bytes")),
                      gib(d.get("free_bytes")), gib(d.get("reserved_bytes")), "on" if d.get("mig_enabled") else "off",
                      len(d.get("compute_processes") or []), d.get("pci_bus_id"), pcie, d.get("numa_node")])
@@ -111,12 +124,11 @@ def _gpu_rows(gpu: dict, selected) -> list[list]:
 
 
 def facts(receipt: ReceiptData) -> str:
-    """GPU (every card, the selected one marked), host and Docker facts."""
+    """GPU (every card, the counted ones marked), host and Docker facts."""
     hw = receipt.get("hardware")
     if not hw:
         return section("facts", "Facts: GPU, host, Docker", absent(receipt, "machine"))
     gpu, host, docker = hw.get("gpu") or {}, hw.get("host") or {}, hw.get("docker") or {}
-    selected = (receipt.get("selection") or {}).get("gpu_index")
     body = [f'<p>source: <b>{e(hw.get("source"))}</b>'
             + (f" (profile {e(hw.get('profile'))}, recorded {e(hw.get('recorded_at'))})" if hw.get("profile") else "")
             + "</p>"]
@@ -124,7 +136,7 @@ def facts(receipt: ReceiptData) -> str:
         body.append(f"<p>NVIDIA driver {e(gpu.get('driver_version'))}, CUDA driver API "
                     f"{e(gpu.get('cuda_driver_version'))}</p>")
         body.append(table(["index", "counted", "name", "UUID", "total", "driver-reported free", "reserved", "MIG",
-                           "compute procs", "PCI bus", "PCIe link", "NUMA"], _gpu_rows(gpu, selected)))
+                           "compute procs", "PCI bus", "PCIe link", "NUMA"], _gpu_rows(gpu, _counted(receipt))))
     else:
         body.append(f'<p class="og-blocked">no GPU readable: {e(gpu.get("error"))}</p>')
     cg = host.get("cgroup") or {}
