@@ -12,7 +12,7 @@ from onegpu.plan.parallel import (SplitModel, parallel_capacity_verdicts, pp_lay
                                   rank_plans, rank_rows, tensor_share)
 from onegpu.plan.parallel_rules import PARALLEL_RULES, parallel_rules_json
 from tests_offline.capacity_facts import checkpoint_facts, gpu_device, host, settings_with
-from tests_offline.plan.test_kvcache import MIMO_V2_FLASH
+from tests_offline.model_configs import MIMO_V2_FLASH
 
 GIB, MIB, KIB = 2**30, 2**20, 2**10
 EXPERTS = "mlp.experts.routed_experts"
@@ -154,6 +154,19 @@ def test_pp2_puts_the_embedding_on_stage_0_and_the_head_and_final_norm_on_stage_
     # one KV cache group of every layer: each stage's pool is its layers' share of the same blocks
     assert rank_kv(kv, ckpt.config, 1, 2, 0).bytes * 5 == kv.bytes * 3
     assert rank_kv(kv, ckpt.config, 1, 2, 1).bytes * 5 == kv.bytes * 2
+
+
+def test_an_architecture_that_builds_its_ends_on_every_stage_is_counted_so():
+    # qwen3_moe.py builds embed_tokens, norm and lm_head unconditionally: every PP stage holds all three.
+    table, llama = moe(layers=5)
+    qwen = replace(llama, architectures=["Qwen3MoeForCausalLM"])
+    ends = size(table, "model.embed_tokens.weight") + size(table, "lm_head.weight")
+    for rank in (0, 1):
+        layout = rank_layout(qwen, 1, 2, rank)
+        assert (layout.embeddings_head_bytes, layout.other_stays_bytes) == (ends, size(table, "model.norm.weight"))
+        assert layout.ends_on_every_stage == "Qwen3MoeForCausalLM"
+    assert rank_layout(llama, 1, 2, 0).ends_on_every_stage is None
+    assert rank_layout(qwen, 1, 1, 0).ends_on_every_stage is None  # one stage holds them anyway
 
 
 def test_tied_embeddings_are_built_on_the_last_stage_too():

@@ -27,7 +27,7 @@ from onegpu.plan.kv_pool import KvPool, LayerSpec, kv_pool
 from onegpu.plan.kvcache import KvEstimate
 from onegpu.plan.offload import Layout, OffloadPlan, _kind, _text_config, draft_layers, engine_layout, spans
 from onegpu.plan.offload_rules import ACCOUNTING
-from onegpu.plan.parallel_rules import PARALLEL_RULES
+from onegpu.plan.parallel_rules import PARALLEL_RULES, PP_ENDS_ON_THEIR_STAGES
 
 VOCAB_PADDING = 64  # vocab_parallel_embedding.py:DEFAULT_VOCAB_PADDING_SIZE
 
@@ -236,6 +236,7 @@ class RankLayout:
     other_stays_bytes: int  # the final norm and any other top-level tensor
     counted_whole: tuple[str, ...]  # tensor groups without a rule, counted whole on this rank (an upper bound)
     rounded_up: tuple[str, ...]  # tensor groups whose share was rounded up to whole bytes
+    ends_on_every_stage: str | None = None  # the architecture whose embedding, norm and head every stage counts
 
 
 def _is_head(name: str) -> bool:
@@ -248,23 +249,28 @@ def _tied(cfg: dict, firsts: list[TensorInfo]) -> bool:
         t.role == EMBEDDINGS_HEAD and _is_head(t.name) for t in firsts)
 
 
-def _stays_placement(t: TensorInfo, place: RankPlace, tied: bool, tp: int) -> tuple[bool, Share, str]:
+def _ends_split(ckpt: CheckpointFacts) -> bool:
+    """Whether vLLM builds this architecture's embedding, final norm and head only on their stages (RULES 'pp_ends')."""
+    return bool(ckpt.architectures) and ckpt.architectures[0] in PP_ENDS_ON_THEIR_STAGES
+
+
+def _stays_placement(t: TensorInfo, place: RankPlace, tied: bool, tp: int, split: bool) -> tuple[bool, Share, str]:
     """(held on this rank, share, 'head' | 'other') of a tensor outside the decoder layers (RULES 'pp_ends')."""
     if t.role == EMBEDDINGS_HEAD:
         held = place.last_stage if _is_head(t.name) else (place.pp_stage == 0 or (tied and place.last_stage))
-        return held, _vocab_share(t, tp), "head"
+        return held or not split, _vocab_share(t, tp), "head"
     if "norm" in t.name:
-        return place.last_stage, WHOLE, "other"
+        return place.last_stage or not split, WHOLE, "other"
     return True, UNRULED, "other"
 
 
 def _group_placement(t: TensorInfo, kind: str, place: RankPlace, model: SplitModel,
-                     tied: bool) -> tuple[bool, Share, str | None]:
+                     tied: bool, split: bool) -> tuple[bool, Share, str | None]:
     """(held on this rank, share, stays part) of one tensor group, classified by its first tensor."""
     if kind == "layer":
         return t.layer is not None and place.holds_layer(t.layer), tensor_share(t, model), None
     if kind == "stays":
-        return _stays_placement(t, place, tied, model.tp)
+        return _stays_placement(t, place, tied, model.tp, split)
     # draft layers, towers left out, tensors mapped to nothing: never loaded; rank 0 reports them once
     return place.rank == 0, WHOLE, None
 
@@ -328,8 +334,8 @@ def rank_layout(ckpt: CheckpointFacts, tp: int, pp: int, rank: int,
     firsts = [table[i] for i in table.group_first]
     drafts = draft_layers(firsts, layers)
     model = SplitModel.of(ckpt.config or {}, tp)
-    tied = _tied(cfg, firsts)
-    placements = [_group_placement(t, _kind(t, drafts), place, model, tied) for t in firsts]
+    tied, split = _tied(cfg, firsts), _ends_split(ckpt)
+    placements = [_group_placement(t, _kind(t, drafts), place, model, tied, split) for t in firsts]
     held, shares = [p[0] for p in placements], [p[1] for p in placements]
     sub, rounded = _subtable(table, held, shares)
     view = _view(ckpt, sub)
@@ -339,9 +345,11 @@ def rank_layout(ckpt: CheckpointFacts, tp: int, pp: int, rank: int,
     kept = [g for g, keep in enumerate(held) if keep]
     head = sum(group_bytes[new] for new, g in enumerate(kept) if placements[g][2] == "head")
     other = sum(group_bytes[new] for new, g in enumerate(kept) if placements[g][2] == "other")
+    one_stage = place.pp_stage == 0 and place.last_stage
     return RankLayout(place, view, engine_layout(view), head, other,
                       tuple(table.group_names[g] for g in kept if shares[g] is UNRULED),
-                      tuple(table.group_names[g] for g in sorted(rounded)))
+                      tuple(table.group_names[g] for g in sorted(rounded)),
+                      None if split or one_stage else (ckpt.architectures or ["an architecture not stated"])[0])
 
 
 def split_refusals(ckpt: CheckpointFacts, tp: int, pp: int) -> list[str]:
@@ -592,9 +600,13 @@ def _stage_ends(r: RankFacts) -> str:
     if r.layout.embeddings_head_bytes:
         held.append(f"embeddings/head {gib(r.layout.embeddings_head_bytes)}")
     if r.layout.other_stays_bytes:
-        what = "final norm" if r.place.last_stage else "top-level tensors without a rule"
-        held.append(f"{what} {gib(r.layout.other_stays_bytes)}")
-    return f" + {' and '.join(held)} (never offloaded)" if held else ""
+        norm = r.place.last_stage or r.layout.ends_on_every_stage
+        held.append(f"{'final norm' if norm else 'top-level tensors without a rule'} "
+                    f"{gib(r.layout.other_stays_bytes)}")
+    everywhere = (f", counted on every stage: {r.layout.ends_on_every_stage} is not an architecture whose vLLM model "
+                  "was read to build them only on their stages (an upper bound)"
+                  if r.layout.ends_on_every_stage else "")
+    return f" + {' and '.join(held)} (never offloaded{everywhere})" if held else ""
 
 
 def _rank_where(r: RankFacts) -> str:

@@ -12,6 +12,20 @@ from onegpu.plan.offload_rules import Rule
 _M = "vllm/model_executor/"
 _L = f"{_M}layers/linear.py"
 
+# The architectures whose vLLM model builds the embedding, the final norm and the LM head each as PPMissingLayer
+# off the stages that use them: every *ForCausalLM class of the vllm/model_executor/models/*.py files of vLLM 0.32.0
+# (the real-engine image) that builds all three so. Not their subclasses: those were not read one by one.
+PP_ENDS_ON_THEIR_STAGES = frozenset({
+    "AXK1ForCausalLM", "AfmoeForCausalLM", "ApertusForCausalLM", "DeciLMForCausalLM", "DeepseekForCausalLM",
+    "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Exaone4ForCausalLM", "ExaoneMoeForCausalLM",
+    "FalconH1ForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM",
+    "GraniteForCausalLM", "HyperCLOVAXForCausalLM", "LagunaForCausalLM", "LlamaForCausalLM",
+    "LongcatFlashForCausalLM", "MiMoV2FlashForCausalLM", "MiMoV2ForCausalLM", "MiniMaxM2ForCausalLM",
+    "NemotronForCausalLM", "PanguEmbeddedForCausalLM", "PanguProMoEV2ForCausalLM", "PanguUltraMoEForCausalLM",
+    "Param2MoEForCausalLM", "Qwen2ForCausalLM", "SarvamMLAForCausalLM", "SarvamMoEForCausalLM", "SolarForCausalLM",
+    "Step1ForCausalLM", "Step3TextForCausalLM", "Step3p5ForCausalLM",
+})
+
 PARALLEL_RULES = {r.key: r for r in (
     Rule("rank_order", "ranks are laid out DP x PP x PCP x TP, so with one data-parallel replica rank = PP stage x TP "
                        "+ TP rank; each worker takes the CUDA device of its local rank, i.e. the rank-th GPU the "
@@ -23,11 +37,14 @@ PARALLEL_RULES = {r.key: r for r in (
                       "the split when set; every other layer is a PPMissingLayer with no parameters",
          ("vllm/distributed/utils.py:get_pp_indices", f"{_M}models/utils.py:make_layers",
           f"{_M}models/utils.py:PPMissingLayer")),
-    Rule("pp_ends", "the embedding is built on the first stage (and on the last too when tie_word_embeddings, for the "
-                    "head to share); the final norm and the LM head on the last stage only; elsewhere they are "
-                    "PPMissingLayer",
+    Rule("pp_ends", "for the architectures of PP_ENDS_ON_THEIR_STAGES the embedding is built on the first stage (and "
+                    "on the last too when tie_word_embeddings, for the head to share), the final norm and the LM "
+                    "head on the last stage only, PPMissingLayer elsewhere; any other architecture is counted with "
+                    "all three on every stage, as qwen2_moe.py and qwen3_moe.py build them (an upper bound where "
+                    "the model was not read)",
          (f"{_M}models/llama.py:LlamaModel.__init__", f"{_M}models/mimo_v2.py:MiMoV2Model.__init__",
-          f"{_M}models/llama.py:LlamaForCausalLM.__init__")),
+          f"{_M}models/llama.py:LlamaForCausalLM.__init__", f"{_M}models/qwen3_moe.py:Qwen3MoeModel.__init__",
+          f"{_M}models/qwen3_moe.py:Qwen3MoeForCausalLM.__init__")),
     Rule("tp_column", "column-parallel weights (q_proj, gate/up projections, MLA q_b_proj and kv_b_proj, shared "
                       "experts' gate/up) hold output_size / TP rows on every rank, their bias too",
          (f"{_L}:ColumnParallelLinear.__init__", f"{_L}:MergedColumnParallelLinear.__init__")),
