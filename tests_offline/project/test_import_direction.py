@@ -74,3 +74,24 @@ def test_the_check_sees_an_impure_import(tmp_path):
     tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pytest\n"
                      "def f():\n    import socket\n")
     assert _imports(tree) == {"typing", "typing.TYPE_CHECKING", "socket"}
+
+
+def test_no_test_module_is_imported_by_another_module():
+    """Tests share helpers through helper modules and conftest.py, never by importing a test module: that would run
+    its tests twice or hide a fixture's origin. Benchmarks and devkit import no test code at all."""
+    problems = []
+    for folder in ("tests_offline", "benchmarks", "devkit", "tests_hw"):
+        for path in sorted((REPO_ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom):  # relative ones too: `from .test_x import y`
+                    base = "." * node.level + (node.module or "")
+                    names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+                else:
+                    continue
+                for name in names:
+                    if (name.split(".")[-1].startswith("test_")
+                            or (folder in ("benchmarks", "devkit") and name.startswith("tests_offline"))):
+                        problems.append(f"{path.relative_to(REPO_ROOT)} imports {name}")
+    assert not problems, "\n".join(problems)
