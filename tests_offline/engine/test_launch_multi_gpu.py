@@ -40,6 +40,16 @@ def test_the_nccl_environment_is_explicit_and_shown():
     assert own.environment["NCCL_P2P_LEVEL"] == "PHB" and "NCCL_CUMEM_ENABLE" not in own.environment
 
 
+def test_cuda_numbers_the_set_by_pci_bus_so_rank_r_is_the_r_th_card_listed():
+    s, spec = multi_spec()
+    assert spec.environment["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert "--env CUDA_DEVICE_ORDER=PCI_BUS_ID" in " ".join(spec.docker_run_argv())
+    assert any("listed in PCI bus order" in note for note in spec.notes)
+    assert missing_elements(dataclasses.replace(spec, environment={
+        k: v for k, v in spec.environment.items() if k != "CUDA_DEVICE_ORDER"}), s, UUIDS[0]) == [
+        "environment CUDA_DEVICE_ORDER must be 'PCI_BUS_ID'"]
+
+
 def test_every_line_a_person_reads_names_the_protocol():
     _, spec = multi_spec(pipeline_parallel_size=1)
     assert spec.protocol == "2-GPU protocol (TP 2 x PP 1)"
@@ -56,7 +66,7 @@ def test_the_one_gpu_launch_carries_nothing_of_the_set():
     data = spec.to_json()
     assert "gpu_uuids" not in data and "protocol" not in data  # a one-GPU plan's digest is what it was
     assert "--distributed-executor-backend" not in spec.command
-    assert not any(k.startswith("NCCL_") for k in spec.environment)
+    assert not any(k.startswith("NCCL_") for k in spec.environment) and "CUDA_DEVICE_ORDER" not in spec.environment
     assert spec.device_uuids == [UUID]
 
 

@@ -55,9 +55,23 @@ def blocked_by(call, *args) -> Blocked:
 # --- selection -------------------------------------------------------------------------------------------
 
 def test_the_set_comes_in_the_settings_order_by_index_or_uuid():
-    chosen = select_gpu_set(THREE, [2, "GPU-00000000-0000-4000-8000-000000000000", 1])
-    assert [d.index for d in chosen] == [2, 0, 1]
-    assert chosen[1] is THREE.devices[0]
+    chosen = select_gpu_set(THREE, [0, "GPU-00000000-0000-4000-8000-000000000001", 2])
+    assert [d.index for d in chosen] == [0, 1, 2]
+    assert chosen[1] is THREE.devices[1]
+    two = select_gpu_set(THREE, [1, 2])
+    assert [d.index for d in two] == [1, 2]
+
+
+def test_a_set_listed_out_of_pci_bus_order_is_refused_with_the_order_to_list():
+    # CUDA numbers the container's GPUs by PCI bus (CUDA_DEVICE_ORDER=PCI_BUS_ID) and vLLM gives rank r device r:
+    # listed [2, 0, 1], rank 0 would run on GPU 0 while the plan judged it against GPU 2
+    blocked = blocked_by(select_gpu_set, THREE, [2, "GPU-00000000-0000-4000-8000-000000000000", 1])
+    assert blocked.code == "SETTINGS_INVALID"
+    assert "out of PCI bus order (00000000:81:00.0, 00000000:01:00.0, 00000000:41:00.0)" in blocked.message
+    assert "so list them as [0, 1, 2] (and set gpu to 0)" in blocked.message
+    # bus IDs that are unknown or shared (a stand-in) give nothing to order by
+    same_bus = facts([card(i, pci_bus_id="00000000:01:00.0") for i in range(2)])
+    assert [d.index for d in select_gpu_set(same_bus, [1, 0])] == [1, 0]
 
 
 def test_every_missing_card_is_named_with_what_the_machine_has():
@@ -171,6 +185,10 @@ def test_peer_access_ok_or_unknown_passes_with_a_line_per_pair():
     assert require_peer_access(nvml_unknown, nvml_unknown.devices) == [
         "GPU 0 <-> GPU 1: peer access read OK", "GPU 0 <-> GPU 2: peer access read unknown (not reported)",
         "GPU 1 <-> GPU 2: peer access read unknown (not reported)"]
+    # a status newer than the kit's NVML bindings is not read as "off"
+    newer = facts([card(0), card(1)], [link(0, 1, read="NVML_VALUE_9")])
+    assert require_peer_access(newer, newer.devices) == [
+        "GPU 0 <-> GPU 1: peer access read a status the kit does not know (NVML_VALUE_9), not judged"]
 
 
 # --- IOMMU and BAR: shown, never blocking ----------------------------------------------------------------------
@@ -179,8 +197,7 @@ def test_iommu_and_bar_sizes_are_shown():
     devices = [card(0, bar1_total_bytes=128 * GiB), card(1, bar1_total_bytes=256 * MiB), card(2)]
     iommu = IommuFacts(active=True, groups=41, domain_types=["DMA-FQ"], cmdline=["intel_iommu=on"])
     assert describe_p2p_preconditions(host(iommu), devices) == [
-        "IOMMU: active; groups 41; default domain DMA-FQ (identity: DMA passed through); kernel command line: "
-        "intel_iommu=on",
+        "IOMMU: active; groups 41; default domain DMA-FQ; kernel command line: intel_iommu=on",
         "GPU 0: large BAR: BAR1 128.00 GiB >= memory 95.59 GiB",
         "GPU 1: small BAR: BAR1 256 MiB < memory 95.59 GiB",
         "GPU 2: BAR1 not reported",
@@ -190,8 +207,7 @@ def test_iommu_and_bar_sizes_are_shown():
 @pytest.mark.parametrize("iommu, line", [
     (None, "IOMMU: unknown (not reported)"),
     (IommuFacts(active=False, groups=0, domain_types=[], cmdline=[]),
-     "IOMMU: not active; groups 0; default domain unknown (not reported) (identity: DMA passed through); kernel "
-     "command line: no IOMMU words"),
+     "IOMMU: not active; groups 0; default domain unknown (not reported); kernel command line: no IOMMU words"),
     (IommuFacts(active=None, groups=None, domain_types=["identity"], cmdline=None),
      "IOMMU: unknown (not reported); groups unknown (not reported); default domain identity (identity: DMA "
      "passed through); kernel command line: unknown (not reported)"),

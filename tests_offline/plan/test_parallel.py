@@ -104,6 +104,11 @@ def test_the_vocabulary_is_padded_to_a_multiple_of_64_before_it_is_split():
     # vocab_parallel_embedding.py: pad_vocab_size(1000, 64) = 1024 rows, 512 per rank of TP 2, 256 hidden x 2 B each
     rl = rank_layout(ckpt, 2, 1, 1)
     assert rl.embeddings_head_bytes == 2 * 512 * 256 * 2
+    # At TP 1 too (vLLM pads whatever the TP size): here the rank's plan and the one-GPU plan part by the 24 padding
+    # rows of each matrix, which the one-GPU plan does not count.
+    one_rank = rank_layout(ckpt, 1, 1, 0)
+    assert one_rank.embeddings_head_bytes == 2 * 1024 * 256 * 2
+    assert one_rank.layout.stays_bytes - kit_plan(ckpt, 0).stays_bytes == 2 * 24 * 256 * 2
 
 
 def test_kv_heads_are_replicated_when_tp_exceeds_them():
@@ -249,7 +254,21 @@ def test_a_missing_gpu_makes_its_rank_unknown_and_a_split_vllm_refuses_blocks_th
     assert refused["offload_plan"].status == "BLOCKED" and refused["offload_plan"].code == "PARALLEL_SPLIT_REFUSED"
     for check in ("gpu_weights", "kv_cache"):  # no per-rank share exists to judge
         assert refused[check].status == "UNKNOWN" and "vLLM refuses this split" in refused[check].message, check
-    assert "heads 4 are not divisible by TP 3" in refused["offload_plan"].message
+    assert "heads 4 are not divisible by TP 3 (linear.py:QKVParallelLinear.__init__)" in refused["offload_plan"].message
+    assert "is not divisible by TP 3 (vocab_parallel_embedding.py:" in refused["offload_plan"].message
+
+
+def test_stages_the_kit_cannot_place_are_unknown_not_a_refusal():
+    # config.json without num_hidden_layers (a model may name it otherwise): vLLM may well load it, the kit
+    # cannot say what each PP stage holds
+    _, ckpt = moe(layers=2)
+    config = {k: v for k, v in ckpt.config.items() if k != "num_hidden_layers"}
+    unplaced = replace(ckpt, config=config)
+    kv = kv_cache_estimate(ckpt.config, 8192, None, 2048)
+    verdicts = by_check(parallel_capacity_verdicts(settings_with(), gpus(96, 96), host(), unplaced, kv, GIB, 1, 2))
+    assert verdicts["offload_plan"].status == "UNKNOWN" and verdicts["offload_plan"].code is None
+    assert "cannot place the PP stages" in verdicts["offload_plan"].message
+    assert all(verdicts[c].status == "UNKNOWN" for c in ("gpu_weights", "kv_cache"))
 
 
 def test_expert_biases_follow_their_projection():

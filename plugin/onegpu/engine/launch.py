@@ -45,6 +45,15 @@ USER_ENV = {"HOME": ENGINE_HOME, "USER": ENGINE_USER, "LOGNAME": ENGINE_USER}
 # settings.offload_pinning "exact": vLLM's offloader skips torch's pinned allocator (which rounds every buffer
 # up to a power of two). vLLM reads it as bool(int(value)) (vllm/envs.py).
 EXACT_PINNING_ENV = {"VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY": "1"}
+# A multi-GPU launch: CUDA numbers the container's GPUs by PCI bus (its default, FASTEST_FIRST, puts a faster card
+# first whatever the order given), and vLLM gives rank r CUDA device r, so the ranks follow the settings' order only
+# when that order is the PCI bus order (machine.gpu_set.require_pci_order).
+DEVICE_ORDER_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
+def multi_gpu_env(multi) -> dict[str, str]:
+    """The environment a multi-GPU launch adds: the CUDA device order, then the NCCL variables; none for one GPU."""
+    return {} if multi is None else {**DEVICE_ORDER_ENV, **multi.nccl_env}
 
 # The multi-GPU protocol (settings multi_gpu): vLLM's own parallelism inside one container on one machine. Its
 # workers are processes of the container (multiprocessing, not Ray) and share its IPC namespace and /dev/shm.
@@ -340,8 +349,9 @@ def build_launch_spec(settings, gpu_uuid: str | None, image_id: str, run_id: str
     multi = getattr(settings, "multi_gpu", None)
     if multi is not None:
         command += ["--distributed-executor-backend", PARALLEL_BACKEND, "--disable-custom-all-reduce"]
-        notes.append(f"{multi.label}: not a one-GPU result. Rank r runs on the r-th GPU listed, as vLLM assigns "
-                     f"them; workers are processes of this one container (--distributed-executor-backend "
+        notes.append(f"{multi.label}: not a one-GPU result. Rank r runs on the r-th GPU listed (listed in PCI bus "
+                     f"order, which CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA's order, and vLLM gives rank r CUDA device "
+                     f"r); workers are processes of this one container (--distributed-executor-backend "
                      f"{PARALLEL_BACKEND}), sharing its /dev/shm; --cpu-offload-gb applies to each worker")
         notes.append(CUSTOM_ALL_REDUCE_NOTE)
         notes.append("NCCL environment " + (" ".join(f"{k}={v}" for k, v in multi.nccl_env.items()) or "none")
@@ -351,7 +361,7 @@ def build_launch_spec(settings, gpu_uuid: str | None, image_id: str, run_id: str
         command.append("--language-model-only")
         notes.append(f"--language-model-only: config.json declares {', '.join(towers)}; the kit's runs are "
                      "text-only, so the engine loads no vision or audio tower")
-    environment = {**OFFLINE_ENV, **USER_ENV, **(multi.nccl_env if multi is not None else {})}
+    environment = {**OFFLINE_ENV, **USER_ENV, **multi_gpu_env(multi)}
     if settings.offload_pinning == "exact":
         environment.update(EXACT_PINNING_ENV)
         notes.append("offload_pinning exact: VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1, so no offloaded "
@@ -451,7 +461,7 @@ def missing_elements(spec: LaunchSpec, settings, gpu_uuid: str | None) -> list[s
     if "no-new-privileges" not in spec.security_opt or "ALL" not in spec.cap_drop:
         problems.append("no-new-privileges and cap-drop ALL are required")
     multi = getattr(settings, "multi_gpu", None)
-    for key, value in {**OFFLINE_ENV, **USER_ENV, **(multi.nccl_env if multi is not None else {})}.items():
+    for key, value in {**OFFLINE_ENV, **USER_ENV, **multi_gpu_env(multi)}.items():
         if spec.environment.get(key) != value:
             problems.append(f"environment {key} must be {value!r}")
     if multi is not None:

@@ -51,7 +51,22 @@ def select_gpu_set(gpu: GpuFacts, selectors: Sequence[int | str]) -> list[GpuDev
                       {"gpus": len(gpu.devices), "missing": len(missing)})
     devices = [device for _, device in found if device is not None]
     _require_distinct(selectors, devices)
+    _require_pci_order(devices)
     return devices
+
+
+def _require_pci_order(devices: list[GpuDevice]) -> None:
+    """Rank r runs on CUDA device r, and the launch makes CUDA number the set by PCI bus: listed in another order,
+    every rank would be judged against, and named by, another card than the one it runs on."""
+    buses = [d.pci_bus_id.lower() if d.pci_bus_id else None for d in devices]
+    if None in buses or len(set(buses)) != len(buses) or buses == sorted(buses):
+        return  # unknown or shared bus IDs (a replayed stand-in): nothing to order by
+    ordered = sorted(devices, key=lambda d: (d.pci_bus_id or "").lower())
+    raise Blocked("SETTINGS_INVALID", f"multi_gpu.gpus lists {_cards(devices)} out of PCI bus order "
+                                      f"({', '.join(str(b) for b in buses)}); CUDA numbers the container's GPUs by PCI "
+                                      "bus (the launch sets CUDA_DEVICE_ORDER=PCI_BUS_ID) and vLLM gives rank r the "
+                                      f"r-th, so list them as {[d.index for d in ordered]} (and set gpu to "
+                                      f"{ordered[0].index})", {"gpus": len(devices)})
 
 
 def _require_distinct(selectors: Sequence[int | str], devices: list[GpuDevice]) -> None:
@@ -117,6 +132,8 @@ def _place(topology: str | None) -> str:
 def _peer_access(status: str | None) -> str:
     if status in UNDETERMINED:
         return UNKNOWN
+    if str(status).startswith("NVML_VALUE_"):
+        return f"a status the kit does not know ({status}), not judged"
     return P2P_MEANINGS.get(status or "", f"not OK ({status})")
 
 
@@ -148,7 +165,9 @@ def require_peer_access(gpu: GpuFacts, devices: Sequence[GpuDevice]) -> list[str
     """Blocks when the driver reports peer access off for a pair of the set; a status not reported does not."""
     pairs = _pairs(devices)
     statuses = [(a, b, _read_status(gpu, a, b)) for a, b in pairs]
-    refused = [(a, b, status) for a, b, status in statuses if status not in UNDETERMINED and status != "OK"]
+    # A status this kit does not know (NVML_VALUE_n: a value newer than its NVML bindings) is not read as "off".
+    refused = [(a, b, status) for a, b, status in statuses
+               if status not in UNDETERMINED and status != "OK" and not str(status).startswith("NVML_VALUE_")]
     if refused:
         each = "; ".join(f"{_pair_name(a, b)}: {status} ({_peer_access(status)})" for a, b, status in refused)
         raise Blocked("P2P_DISABLED", f"the driver reports peer access off between cards of the set: {each}. "
@@ -166,8 +185,8 @@ def _iommu_line(iommu: IommuFacts | None) -> str:
     groups = UNKNOWN if iommu.groups is None else str(iommu.groups)
     types = ", ".join(iommu.domain_types) or UNKNOWN
     words = UNKNOWN if iommu.cmdline is None else " ".join(iommu.cmdline) or "no IOMMU words"
-    return (f"IOMMU: {state}; groups {groups}; default domain {types} (identity: DMA passed through); kernel "
-            f"command line: {words}")
+    identity = " (identity: DMA passed through)" if "identity" in (t.lower() for t in iommu.domain_types) else ""
+    return f"IOMMU: {state}; groups {groups}; default domain {types}{identity}; kernel command line: {words}"
 
 
 def _bar_line(d: GpuDevice) -> str:

@@ -6,7 +6,9 @@ function that states it): only its pipeline stage's decoder layers, each tensor 
 splits it, the embedding on the first stage, the final norm and the LM head on the last. That share, as a view of
 the checkpoint, goes through the one-GPU offload plan unchanged (onegpu.plan.offload): every worker runs its own
 offloader with the same --cpu-offload-gb. The GPU checks are judged per rank against that rank's GPU; the host
-checks count every worker together. With TP 1 and PP 1 the one rank's plan is the one-GPU plan.
+checks count every worker together. With TP 1 and PP 1 the one rank's plan is the one-GPU plan, except where the
+vocabulary is not a multiple of 64: the rank counts vLLM's padding rows of the embedding and head, which the one-GPU
+plan does not (at most 63 rows of each).
 """
 from __future__ import annotations
 
@@ -352,8 +354,14 @@ def rank_layout(ckpt: CheckpointFacts, tp: int, pp: int, rank: int,
                       None if split or one_stage else (ckpt.architectures or ["an architecture not stated"])[0])
 
 
-def split_refusals(ckpt: CheckpointFacts, tp: int, pp: int) -> list[str]:
-    """Why vLLM would refuse to build this split at load (RULES 'tp_divisible'); empty when it builds."""
+_QKV = "linear.py:QKVParallelLinear.__init__"
+_MOE = "fused_moe/layer.py:FusedMoE.__init__"
+_VOCAB = "vocab_parallel_embedding.py:VocabParallelEmbedding.__init__"
+
+
+def split_refusals(ckpt: CheckpointFacts, tp: int) -> list[str]:
+    """Why vLLM would refuse to build this split at load (RULES 'tp_divisible'), each with the vLLM function that
+    refuses it; empty when it builds."""
     cfg = _text_config(ckpt.config or {})
     problems = []
     kinds = _layer_kinds(ckpt.config or {}) or ["full"]
@@ -364,23 +372,32 @@ def split_refusals(ckpt: CheckpointFacts, tp: int, pp: int) -> list[str]:
         heads, kv = dims[0], dims[1]
         what = "sliding-window" if sliding else "attention"
         if heads % tp:
-            problems.append(f"{what} heads {heads} are not divisible by TP {tp}")
+            problems.append(f"{what} heads {heads} are not divisible by TP {tp} ({_QKV})")
         if kv >= tp and kv % tp:
-            problems.append(f"{what} KV heads {kv} are not divisible by TP {tp}")
+            problems.append(f"{what} KV heads {kv} are not divisible by TP {tp} ({_QKV})")
         if kv < tp and tp % kv:
-            problems.append(f"TP {tp} is not a multiple of the {kv} {what} KV heads")
+            problems.append(f"TP {tp} is not a multiple of the {kv} {what} KV heads ({_QKV})")
     if "mla" in kinds and isinstance(cfg.get("num_attention_heads"), int) and cfg["num_attention_heads"] % tp:
-        problems.append(f"MLA attention heads {cfg['num_attention_heads']} are not divisible by TP {tp}")
+        problems.append(f"MLA attention heads {cfg['num_attention_heads']} are not divisible by TP {tp} "
+                        "(deepseek_v2.py:DeepseekV2MLAAttention.__init__)")
     moe = cfg.get("moe_intermediate_size")
     if isinstance(moe, int) and moe % tp and ckpt.bytes_by_role.get("routed_experts"):
-        problems.append(f"the experts' moe_intermediate_size {moe} is not divisible by TP {tp}")
+        problems.append(f"the experts' moe_intermediate_size {moe} is not divisible by TP {tp} ({_MOE})")
     vocab = cfg.get("vocab_size")
     if isinstance(vocab, int) and vocab > 0 and (-(-vocab // VOCAB_PADDING) * VOCAB_PADDING) % tp:
-        problems.append(f"the vocabulary {vocab}, padded to a multiple of {VOCAB_PADDING}, is not divisible by TP {tp}")
-    layers = cfg.get("num_hidden_layers")
-    if pp > 1 and not (isinstance(layers, int) and layers > 0):
-        problems.append("config.json states no num_hidden_layers, so the PP stages cannot be placed")
+        problems.append(f"the vocabulary {vocab}, padded to a multiple of {VOCAB_PADDING}, is not divisible by TP {tp} "
+                        f"({_VOCAB})")
     return problems
+
+
+def split_unplaced(ckpt: CheckpointFacts, pp: int) -> str | None:
+    """Why the kit cannot place the PP stages (vLLM may still load the model: a config can name its layer count
+    otherwise), or None."""
+    layers = _text_config(ckpt.config or {}).get("num_hidden_layers")
+    if pp > 1 and not (isinstance(layers, int) and not isinstance(layers, bool) and layers > 0):
+        return ("config.json states no num_hidden_layers, so the kit cannot place the PP stages' layers: what each "
+                "stage holds is not known")
+    return None
 
 
 def rank_plans(ckpt: CheckpointFacts, tp: int, pp: int, budget_bytes: int, pinning: str = "rounded",
@@ -578,8 +595,9 @@ def _combined(check: str, label: str, ranks: list[RankFacts], per_rank: list[Ver
     return Verdict(check, lead.status, lead.code, message, numbers)
 
 
-def _rank_gpu_verdicts(settings, r: RankFacts, calibration, refusal: str | None) -> dict[str, Verdict]:
-    """The four GPU checks of one rank against its own GPU, as capacity.py judges one GPU."""
+def _rank_gpu_verdicts(settings, r: RankFacts, calibration, not_judged: str | None) -> dict[str, Verdict]:
+    """The four GPU checks of one rank against its own GPU, as capacity.py judges one GPU; the weights and KV checks
+    UNKNOWN for `not_judged` (a split vLLM refuses, or stages the kit cannot place)."""
     if r.gpu is None:
         why = f"{r.place.describe(None)}: its GPU is not on this machine; the GPU side is not known"
         return {c: _unknown(c, why) for c in GPU_CHECKS}
@@ -588,9 +606,9 @@ def _rank_gpu_verdicts(settings, r: RankFacts, calibration, refusal: str | None)
     out = {"gpu_free": _gpu_free(r.gpu), "gpu_budget": _gpu_budget(settings, r.gpu, budget, calibration),
            "gpu_weights": _gpu_weights(r.layout.ckpt, r.plan, budget),
            "kv_cache": _kv_cache(r.kv, r.plan.gpu_resident_bytes, budget)}
-    if refusal is not None:
-        out["gpu_weights"] = _unknown("gpu_weights", refusal, gpu_budget_bytes=budget)
-        out["kv_cache"] = _unknown("kv_cache", refusal, gpu_budget_bytes=budget)
+    if not_judged is not None:
+        out["gpu_weights"] = _unknown("gpu_weights", not_judged, gpu_budget_bytes=budget)
+        out["kv_cache"] = _unknown("kv_cache", not_judged, gpu_budget_bytes=budget)
     return out
 
 
@@ -619,7 +637,8 @@ def _rank_where(r: RankFacts) -> str:
             f"{gib(plan.gpu_resident_bytes)} of weights on its GPU")
 
 
-def _offload_plan_verdict(ckpt: CheckpointFacts, ranks: list[RankFacts], label: str, refusal: str | None) -> Verdict:
+def _offload_plan_verdict(ckpt: CheckpointFacts, ranks: list[RankFacts], label: str, refusal: str | None,
+                          unplaced: str | None = None) -> Verdict:
     """Each rank's share and offload in words, with per-rank numbers."""
     plans = [r.plan for r in ranks]
     total = host_total_plan(plans)
@@ -640,6 +659,8 @@ def _offload_plan_verdict(ckpt: CheckpointFacts, ranks: list[RankFacts], label: 
         return _unknown("offload_plan", f"{label}: no per-tensor facts: the ranks' shares cannot be computed", **nums)
     if refusal is not None:  # a definite failure at load: the plan cannot be run as declared
         return _blocked("offload_plan", "PARALLEL_SPLIT_REFUSED", f"{label}: {refusal}", **nums)
+    if unplaced is not None:
+        return _unknown("offload_plan", f"{label}: {unplaced}", **nums)
     parts = [f"{label}, {ACCOUNTING}: each worker runs its own offloader with the same budget "
              f"{gib(plans[0].budget_bytes)} over its own share of the weights ({rule.short()})"]
     parts += [_rank_where(r) for r in ranks]
@@ -691,12 +712,12 @@ def parallel_capacity_verdicts(settings, gpus: list[GpuDevice | None], host: Hos
     part)."""
     label = protocol_label(tp, pp)
     ranks = ranks if ranks is not None else rank_facts(settings, gpus, ckpt, kv, tp, pp, partition)
-    problems = split_refusals(ckpt, tp, pp)
-    refusal = (f"vLLM refuses this split at load: {'; '.join(problems)} "
-               f"({PARALLEL_RULES['tp_divisible'].short()})") if problems else None
-    per_rank = [_rank_gpu_verdicts(settings, r, calibration, refusal) for r in ranks]
+    problems = split_refusals(ckpt, tp)
+    refusal = f"vLLM refuses this split at load: {'; '.join(problems)}" if problems else None
+    unplaced = split_unplaced(ckpt, pp)
+    per_rank = [_rank_gpu_verdicts(settings, r, calibration, refusal or unplaced) for r in ranks]
     host_checks = _host_verdicts(settings, host, ckpt, ranks, label)
-    return [_weights(ckpt), _quantization(ckpt), _offload_plan_verdict(ckpt, ranks, label, refusal),
+    return [_weights(ckpt), _quantization(ckpt), _offload_plan_verdict(ckpt, ranks, label, refusal, unplaced),
             *[_combined(c, label, ranks, [v[c] for v in per_rank]) for c in GPU_CHECKS],
             *host_checks, _disk(run_disk_free_bytes)]
 

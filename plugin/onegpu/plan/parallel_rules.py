@@ -28,9 +28,12 @@ PP_ENDS_ON_THEIR_STAGES = frozenset({
 
 PARALLEL_RULES = {r.key: r for r in (
     Rule("rank_order", "ranks are laid out DP x PP x PCP x TP, so with one data-parallel replica rank = PP stage x TP "
-                       "+ TP rank; each worker takes the CUDA device of its local rank, i.e. the rank-th GPU the "
-                       "container is given",
-         ("vllm/distributed/parallel_state.py:initialize_model_parallel (all_ranks reshape)",)),
+                       "+ TP rank; each worker takes the CUDA device of its local rank. CUDA numbers the container's "
+                       "GPUs by PCI bus under CUDA_DEVICE_ORDER=PCI_BUS_ID (the launch sets it; the default puts a "
+                       "faster card first), and the kit refuses a set not listed in that order, so rank r is the "
+                       "r-th GPU listed",
+         ("vllm/distributed/parallel_state.py:initialize_model_parallel (all_ranks reshape)",
+          "CUDA Toolkit documentation: CUDA environment variables (CUDA_DEVICE_ORDER)")),
     Rule("pp_layers", "each PP stage builds the decoder layers [start, end) of get_pp_indices: num_hidden_layers // PP "
                       "each, and the remainder r adds one layer to each of the r stages before the last (the last "
                       "stage gets none, it already runs the final norm and head); VLLM_PP_LAYER_PARTITION replaces "
@@ -80,8 +83,13 @@ PARALLEL_RULES = {r.key: r for r in (
                       "Block scales are allocated per rank as whole blocks (ceil(rows / block)): where a rank's rows "
                       "are not a whole number of blocks the kit rounds its share up to whole bytes, which can differ "
                       "from vLLM's by under one block row per parameter; per-channel scales of a row-parallel layer "
-                      "are counted whole (UNCONFIRMED: not read)",
-         (f"{_L}:adjust_block_scale_shard", f"{_L}:ColumnParallelLinear._maybe_allow_fp8_block_shape_mismatch")),
+                      "are counted whole (UNCONFIRMED: not read). vLLM allows that mismatch for merged layers (QKV, "
+                      "gate/up) and routed experts adapt their block grid, but it refuses a block-fp8 row-parallel "
+                      "layer whose input per rank is not whole blocks, and an unmerged column layer whose output per "
+                      "rank is not: the kit does not check those two refusals",
+         (f"{_L}:adjust_block_scale_shard", f"{_L}:ColumnParallelLinear._maybe_allow_fp8_block_shape_mismatch",
+          f"{_M}layers/quantization/utils/fp8_utils.py:validate_fp8_block_shape",
+          f"{_M}layers/quantization/fp8.py:Fp8MoEMethod.__init__ (resolve_fp8_moe_weight_block_shape)")),
     Rule("tp_unknown", "a module the kit has no rule for is counted whole on every rank: an upper bound, named in the "
                        "plan", ("onegpu.plan.parallel (no vLLM rule read for it)",)),
     Rule("tp_divisible", "vLLM refuses a split that does not divide: attention heads by TP (divide), KV heads by TP or "
