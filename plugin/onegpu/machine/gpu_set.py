@@ -58,8 +58,8 @@ def select_gpu_set(gpu: GpuFacts, selectors: Sequence[int | str]) -> list[GpuDev
 def _require_pci_order(devices: list[GpuDevice]) -> None:
     """Rank r runs on CUDA device r, and the launch makes CUDA number the set by PCI bus: listed in another order,
     every rank would be judged against, and named by, another card than the one it runs on."""
-    buses = [d.pci_bus_id.lower() if d.pci_bus_id else None for d in devices]
-    if None in buses or len(set(buses)) != len(buses) or buses == sorted(buses):
+    buses = [(d.pci_bus_id or "").lower() for d in devices]
+    if "" in buses or len(set(buses)) != len(buses) or buses == sorted(buses):
         return  # unknown or shared bus IDs (a replayed stand-in): nothing to order by
     ordered = sorted(devices, key=lambda d: (d.pci_bus_id or "").lower())
     raise Blocked("SETTINGS_INVALID", f"multi_gpu.gpus lists {_cards(devices)} out of PCI bus order "
