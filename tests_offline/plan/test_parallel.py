@@ -268,7 +268,7 @@ def test_stages_the_kit_cannot_place_are_unknown_not_a_refusal():
     verdicts = by_check(parallel_capacity_verdicts(settings_with(), gpus(96, 96), host(), unplaced, kv, GIB, 1, 2))
     assert verdicts["offload_plan"].status == "UNKNOWN" and verdicts["offload_plan"].code is None
     assert "cannot place the PP stages" in verdicts["offload_plan"].message
-    assert all(verdicts[c].status == "UNKNOWN" for c in ("gpu_weights", "kv_cache"))
+    assert all(verdicts[c].status == "UNKNOWN" for c in ("gpu_weights", "kv_cache", "host_offload", "host_ram"))
 
 
 def test_expert_biases_follow_their_projection():

@@ -47,7 +47,7 @@ USER_ENV = {"HOME": ENGINE_HOME, "USER": ENGINE_USER, "LOGNAME": ENGINE_USER}
 EXACT_PINNING_ENV = {"VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY": "1"}
 # A multi-GPU launch: CUDA numbers the container's GPUs by PCI bus (its default, FASTEST_FIRST, puts a faster card
 # first whatever the order given), and vLLM gives rank r CUDA device r, so the ranks follow the settings' order only
-# when that order is the PCI bus order (machine.gpu_set.require_pci_order).
+# when that order is the PCI bus order (machine.gpu_set refuses any other).
 DEVICE_ORDER_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 

@@ -717,6 +717,8 @@ def parallel_capacity_verdicts(settings, gpus: list[GpuDevice | None], host: Hos
     unplaced = split_unplaced(ckpt, pp)
     per_rank = [_rank_gpu_verdicts(settings, r, calibration, refusal or unplaced) for r in ranks]
     host_checks = _host_verdicts(settings, host, ckpt, ranks, label)
+    if unplaced is not None:  # every stage would be counted with every layer: no figure to judge the host by
+        host_checks = [_unknown(v.check, f"{label}: {unplaced}") for v in host_checks]
     return [_weights(ckpt), _quantization(ckpt), _offload_plan_verdict(ckpt, ranks, label, refusal, unplaced),
             *[_combined(c, label, ranks, [v[c] for v in per_rank]) for c in GPU_CHECKS],
             *host_checks, _disk(run_disk_free_bytes)]
