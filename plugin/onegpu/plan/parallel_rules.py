@@ -33,6 +33,7 @@ PARALLEL_RULES = {r.key: r for r in (
                        "faster card first), and the kit refuses a set not listed in that order, so rank r is the "
                        "r-th GPU listed",
          ("vllm/distributed/parallel_state.py:initialize_model_parallel (all_ranks reshape)",
+          "vllm/platforms/cuda.py:NvmlCudaPlatform.log_warnings (asks for CUDA_DEVICE_ORDER=PCI_BUS_ID on mixed cards)",
           "CUDA Toolkit documentation: CUDA environment variables (CUDA_DEVICE_ORDER)")),
     Rule("pp_layers", "each PP stage builds the decoder layers [start, end) of get_pp_indices: num_hidden_layers // PP "
                       "each, and the remainder r adds one layer to each of the r stages before the last (the last "
