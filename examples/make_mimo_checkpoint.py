@@ -3,7 +3,8 @@
     python examples/make_mimo_checkpoint.py                 # Flash -> examples/demo-checkpoints/MiMo-V2.6-Flash
     python examples/make_mimo_checkpoint.py --model pro     # Pro   -> examples/demo-checkpoints/MiMo-V2.6-Pro
 
-Beside the folder it writes <folder>.settings.json: the demo settings with model_path set to that folder.
+Beside the folder it writes <folder>.settings.json: the demo settings with model_path set to that folder; for Pro
+also <folder>.tp2.settings.json, the same checkpoint under the 2-GPU protocol (TP 2 x PP 1).
     python examples/make_mimo_checkpoint.py --out DIR       # another folder (absolute or relative)
 
 Every shard is a valid safetensors file whose data region is a hole (see header_only_writer.py), and every
@@ -60,6 +61,8 @@ MODELS = {  # --model -> (config file, default folder name, settings template)
     "flash": ("MiMo-V2.6-Flash.config.json", "MiMo-V2.6-Flash", "demo-settings.json"),
     "pro": ("MiMo-V2.6-Pro.config.json", "MiMo-V2.6-Pro", "demo-settings-pro.json"),
 }
+# --model -> (settings template, suffix) of a multi-GPU protocol demo: <folder>.<suffix>.settings.json
+PROTOCOL_DEMOS = {"pro": ("demo-settings-pro-tp2.json", "tp2")}
 SYNTHETIC_METADATA = {"onegpu.synthetic": "header-only: no weights", "format": "pt"}
 MARKER = "ONEGPU-SYNTHETIC-CHECKPOINT.txt"
 SHARD_BYTES = 5_000_000_000
@@ -189,11 +192,12 @@ def write_checkpoint(model: str, root: Path) -> dict:
             "allocated_bytes": allocated_bytes(root)}
 
 
-def write_settings(model: str, root: Path) -> Path:
-    """<root>.settings.json beside the folder: the model's demo settings with model_path set to `root`."""
-    settings = json.loads((EXAMPLES / MODELS[model][2]).read_text())
+def write_settings(model: str, root: Path, template: str | None = None, suffix: str = "") -> Path:
+    """<root>[.suffix].settings.json beside the folder: the model's demo settings (or `template`) with model_path
+    set to `root`."""
+    settings = json.loads((EXAMPLES / (template or MODELS[model][2])).read_text())
     settings["model_path"] = str(root)
-    path = root.with_name(f"{root.name}.settings.json")
+    path = root.with_name(f"{root.name}{'.' + suffix if suffix else ''}.settings.json")
     path.write_text(json.dumps(settings, indent=2) + "\n")
     return path
 
@@ -214,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
           f"on disk, {elapsed:.1f} s")
     print("SYNTHETIC: no weights; every shard's __metadata__ says onegpu.synthetic = header-only: no weights")
     print(f"settings: {settings_path} (the demo settings, model_path set to {root})")
+    if args.model in PROTOCOL_DEMOS:
+        template, suffix = PROTOCOL_DEMOS[args.model]
+        print(f"settings: {write_settings(args.model, root, template, suffix)} ({template}: the 2-GPU protocol, "
+              "TP 2 x PP 1, on GPUs 0 and 1)")
     return 0
 
 

@@ -350,3 +350,39 @@ def test_replayed_demo_shows_the_docker_run_line_with_the_image_left_to_the_appr
                  "--network none", f"--memory {s['container_ram_gib'] * GIB}b"):
         assert flag in line
     assert any(row.lstrip().startswith("note") and "approval" in row for row in rows)
+
+
+# --- the same Pro checkpoint under the 2-GPU protocol, on the two-card tower -------------------------------
+
+def test_the_pro_demo_under_the_two_gpu_protocol_is_planned_per_rank_and_labelled(tmp_path):
+    root = tmp_path / "MiMo-V2.6-Pro"
+    done, _ = generate("pro", root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    settings_path = root.with_name("MiMo-V2.6-Pro.tp2.settings.json")
+    assert json.loads(settings_path.read_text())["model_path"] == str(root)
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    scan = subprocess.run([sys.executable, "-m", "pytest", "-m", "scan", f"--settings={settings_path}",
+                           f"--hardware={PROFILES / 'two-card-tower-rtx-pro-6000-96gb.json'}", "--host-ram-gib=768",
+                           f"--out={out}"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert scan.returncode == 0, scan.stdout[-3000:] + scan.stderr[-3000:]
+    label = "2-GPU protocol (TP 2 x PP 1)"
+    receipt = json.loads((out / "receipt.json").read_text())
+    assert receipt["selection"]["protocol"] == label and f"MULTI-GPU: {label}" in scan.stdout
+    tests = {nodeid.split("::")[-1]: entry for nodeid, entry in receipt["tests"].items()}
+    assert tests["test_peer_access_is_enabled_between_the_gpus"]["code"] == "P2P_DISABLED"  # the driver's default
+    # Each rank holds half of the embedding and of the head, the vocabulary padded to a multiple of 64 first.
+    c = json.loads((EXAMPLES / "configs" / "MiMo-V2.6-Pro.config.json").read_text())
+    half_padded_vocab = -(-c["vocab_size"] // 64) * 64 // 2
+    capacity = {v["check"]: v for v in receipt["capacity"]}
+    ranks = capacity["offload_plan"]["numbers"]["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert all(r["embeddings_head_bytes"] == 2 * half_padded_vocab * c["hidden_size"] * 2 for r in ranks)
+    assert all(r["first_layer"] == 0 and r["end_layer"] is None for r in ranks)  # one stage: every layer
+    # Each worker offloads up to its own 200 GiB; the host checks add both workers.
+    assert capacity["offload_plan"]["numbers"]["budget_bytes"] == 200 * GIB
+    # (vLLM's offloader takes whole parameters until it reaches the budget; TP halves are equal on both ranks)
+    assert ranks[0]["offloaded_bytes"] == ranks[1]["offloaded_bytes"] >= 200 * GIB
+    assert capacity["offload_plan"]["numbers"]["pinned_bytes"] == sum(r["pinned_bytes"] for r in ranks)
+    summary = (out / "summary-share.md").read_text()
+    assert f"{label}, not a one-GPU result" in summary and "one GPU: " not in summary
