@@ -128,3 +128,26 @@ def test_the_kits_probe_finds_every_launch_flag_in_the_real_vllm(docker_client, 
     facts, _ = run_probe(docker_client, spec, timeout_s=CONTAINER_TIMEOUT_S)
     assert facts.vllm_version.startswith(VLLM_VERSION) and facts.platform == "cpu"
     assert facts.missing_flags == [] and facts.flags_checked == spec.flags_used()
+
+
+def test_the_stub_declares_the_multi_gpu_launch_flags_as_the_real_vllm_does(docker_client, real_engine_image):
+    """The flags a multi-GPU launch adds: the stub's parser (devkit/stub_engine) takes each under the same names
+    and choices as vLLM 0.32.0's own `vllm serve --help=all`, so the stub accepts and refuses what vLLM would."""
+    import re
+
+    from devkit.stub_engine.payload.vllm_stub.args import build_parser
+    from devkit.stub_engine.payload.vllm_stub.knobs import read_knobs
+
+    help_all = run_ok(docker_client, real_engine_image, ["serve", "--help=all"])
+    stub = {o: a for a in build_parser(read_knobs({"STUB_VLLM_VERSION": VLLM_VERSION}))._actions for o in a.option_strings}
+    for flag in ("--tensor-parallel-size", "--pipeline-parallel-size", "--distributed-executor-backend",
+                 "--disable-custom-all-reduce"):
+        line = next(x.strip() for x in help_all.splitlines() if re.match(rf"\s+{flag}[\s,]|\s+{flag}$", x))
+        names = set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", line.split("[", 1)[0].split("{", 1)[0]))
+        names = {n for n in names if n.lstrip("-").upper() != n.lstrip("-")}  # metavars are upper case
+        real_choices = re.search(r"\{([^}]*)\}|\[([^\]]*)\]", line)
+        action = stub[flag]
+        assert set(action.option_strings) == names, (flag, line)
+        if real_choices or action.choices:
+            listed = (real_choices[1] or real_choices[2]) if real_choices else ""
+            assert {c.strip(" '") for c in listed.split(",")} == {str(c) for c in action.choices or []}, line
