@@ -13,7 +13,7 @@ import docker  # noqa: F401
 import pytest
 import requests  # noqa: F401
 
-from tests_offline.docker_required import ci_demands_docker, require_docker
+from tests_offline.docker_required import require_docker, skip_unless_ci
 from tests_offline.paths import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -157,10 +157,7 @@ def disk_folder(tmp_path):
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
             return
-    reason = "every candidate folder is on tmpfs, where POSIX_FADV_DONTNEED cannot drop pages"
-    if ci_demands_docker():
-        pytest.fail(f"CI=true: {reason}", pytrace=False)
-    pytest.skip(reason)
+    skip_unless_ci("every candidate folder is on tmpfs, where POSIX_FADV_DONTNEED cannot drop pages")
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ CI sets CI=true, so a CI run can never pass by skipping the Docker tests. Use th
 from __future__ import annotations
 
 import os
+from typing import NoReturn
 
 import pytest
 
@@ -15,6 +16,14 @@ PING_TIMEOUT_S = 10
 def ci_demands_docker() -> bool:
     """True when the environment says this is CI (CI=true): a missing daemon is then a failure."""
     return os.environ.get("CI", "").strip().lower() == "true"
+
+
+def skip_unless_ci(reason: str, needs: str = "it") -> NoReturn:
+    """Skip for want of something CI installs (a daemon, a tool, a library); under CI=true that is a failure, so
+    a CI run never passes by skipping."""
+    if ci_demands_docker():
+        pytest.fail(f"CI=true requires {needs}; {reason}", pytrace=False)
+    pytest.skip(reason)
 
 
 def require_docker():
@@ -27,8 +36,5 @@ def require_docker():
         client = docker.from_env(timeout=PING_TIMEOUT_S)
         client.ping()
     except (DockerException, OSError) as exc:
-        reason = f"no Docker daemon answers at {where}: {type(exc).__name__}: {exc}"
-        if ci_demands_docker():
-            pytest.fail(f"CI=true requires a Docker daemon; {reason}", pytrace=False)
-        pytest.skip(reason)
+        skip_unless_ci(f"no Docker daemon answers at {where}: {type(exc).__name__}: {exc}", "a Docker daemon")
     return client

@@ -26,7 +26,7 @@ from onegpu.custody.manifest import (DROP_STEP_BYTES, FileStat, ManifestError, b
 from onegpu.custody.manifest import resident_bytes as engine_resident_bytes
 from onegpu.core.units import MIB
 from onegpu.core.outcomes import Blocked
-from tests_offline.docker_required import ci_demands_docker
+from tests_offline.docker_required import skip_unless_ci
 from tests_offline.custody_helpers import REV, _settings, plain_checkpoint, sha256sum_lines
 from devkit.page_cache import resident_bytes
 
@@ -271,9 +271,7 @@ def _cached_and_dropped(folder: Path, size: int = 9 * MIB) -> tuple[Path, Path, 
 def test_engine_residency_agrees_with_fincore(disk_folder):
     """The engine's mincore reading against util-linux fincore, an independent implementation."""
     if shutil.which("fincore") is None:
-        if ci_demands_docker():
-            pytest.fail("CI=true: fincore (util-linux) is not installed", pytrace=False)
-        pytest.skip("fincore (util-linux) is not installed")
+        skip_unless_ci("fincore (util-linux) is not installed")
     cached, dropped, _ = _cached_and_dropped(disk_folder)
 
     def fincore(path: Path) -> int:

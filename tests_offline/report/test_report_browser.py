@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from tests_offline.docker_required import skip_unless_ci
 from tests_offline.report_sessions import HOSTILE
 
 PAGE_TIMEOUT_S = 60
@@ -34,10 +35,7 @@ def chromium_binary() -> str:
     """Debian's chromium; skipped when missing, but a failure under CI=true (CI installs it)."""
     found = shutil.which("chromium")
     if found is None:
-        reason = "no chromium on PATH (apt-get install chromium)"
-        if os.environ.get("CI", "").strip().lower() == "true":
-            pytest.fail(f"CI=true requires Chromium: {reason}", pytrace=False)
-        pytest.skip(reason)
+        skip_unless_ci("no chromium on PATH (apt-get install chromium)")
     return found
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from onegpu.serve.window import ServeWindow
 from onegpu.serve.transport_log import read_entries
-from tests_offline.docker_required import ci_demands_docker
+from tests_offline.docker_required import skip_unless_ci
 from tests_offline.lm_eval_driver import DATA, run_lm_eval
 from devkit.stub_serving import stub_serving
 
@@ -28,10 +28,7 @@ DIGEST = re.compile(r"sha256=([0-9a-f]{64})")
 def require_module(name: str, install: str):
     """Skip when a client library is missing; under CI=true that is a failure (CI must run these)."""
     if importlib.util.find_spec(name) is None:
-        reason = f"{name} is not installed ({install})"
-        if ci_demands_docker():
-            pytest.fail(f"CI=true requires it: {reason}", pytrace=False)
-        pytest.skip(reason)
+        skip_unless_ci(f"{name} is not installed ({install})")
 
 
 @pytest.fixture(scope="module")

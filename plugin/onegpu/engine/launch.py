@@ -334,8 +334,8 @@ def build_launch_spec(settings, gpu_uuid: str | None, image_id: str, run_id: str
         "serve", model_arg,
         "--served-model-name", settings.model_id,
         "--uds", f"{SOCKET_MOUNT}/{SOCKET_NAME}",
-        "--tensor-parallel-size", str(tp_size(settings)),
-        "--pipeline-parallel-size", str(pp_size(settings)),
+        "--tensor-parallel-size", str(parallel_sizes(settings)[0]),
+        "--pipeline-parallel-size", str(parallel_sizes(settings)[1]),
         "--max-num-seqs", "1",
         "--gpu-memory-utilization", _number(GPU_UTILIZATION),
         "--max-model-len", str(settings.context_tokens),
@@ -346,7 +346,7 @@ def build_launch_spec(settings, gpu_uuid: str | None, image_id: str, run_id: str
         "--generation-config", GENERATION_CONFIG,
     ]
     notes.append(GENERATION_NOTE)
-    multi = getattr(settings, "multi_gpu", None)
+    multi = settings.multi_gpu
     if multi is not None:
         command += ["--distributed-executor-backend", PARALLEL_BACKEND, "--disable-custom-all-reduce"]
         notes.append(f"{multi.label}: not a one-GPU result. Rank r runs on the r-th GPU listed (listed in PCI bus "
@@ -401,18 +401,14 @@ def build_launch_spec(settings, gpu_uuid: str | None, image_id: str, run_id: str
         notes=notes,
         towers=list(towers),
         gpu_uuids=tuple(gpu_uuids) if multi is not None else (),
-        protocol=getattr(settings, "protocol", "one-GPU protocol"),
+        protocol=multi.label if multi is not None else "one-GPU protocol",
     )
 
 
-def tp_size(settings) -> int:
-    multi = getattr(settings, "multi_gpu", None)
-    return 1 if multi is None else multi.tensor_parallel_size
-
-
-def pp_size(settings) -> int:
-    multi = getattr(settings, "multi_gpu", None)
-    return 1 if multi is None else multi.pipeline_parallel_size
+def parallel_sizes(settings) -> tuple[int, int]:
+    """(tensor, pipeline) parallel size: (1, 1) for the one-GPU protocol."""
+    multi = settings.multi_gpu
+    return (1, 1) if multi is None else (multi.tensor_parallel_size, multi.pipeline_parallel_size)
 
 
 def missing_elements(spec: LaunchSpec, settings, gpu_uuid: str | None) -> list[str]:
@@ -424,7 +420,8 @@ def missing_elements(spec: LaunchSpec, settings, gpu_uuid: str | None) -> list[s
 
     expected_values = {
         "--served-model-name": settings.model_id, "--uds": f"{SOCKET_MOUNT}/{SOCKET_NAME}",
-        "--tensor-parallel-size": str(tp_size(settings)), "--pipeline-parallel-size": str(pp_size(settings)),
+        "--tensor-parallel-size": str(parallel_sizes(settings)[0]),
+        "--pipeline-parallel-size": str(parallel_sizes(settings)[1]),
         "--max-num-seqs": "1",
         "--gpu-memory-utilization": _number(GPU_UTILIZATION),
         "--max-model-len": str(settings.context_tokens),
@@ -460,7 +457,7 @@ def missing_elements(spec: LaunchSpec, settings, gpu_uuid: str | None) -> list[s
         problems.append("pids limit and shm size must be stated")
     if "no-new-privileges" not in spec.security_opt or "ALL" not in spec.cap_drop:
         problems.append("no-new-privileges and cap-drop ALL are required")
-    multi = getattr(settings, "multi_gpu", None)
+    multi = settings.multi_gpu
     for key, value in {**OFFLINE_ENV, **USER_ENV, **multi_gpu_env(multi)}.items():
         if spec.environment.get(key) != value:
             problems.append(f"environment {key} must be {value!r}")

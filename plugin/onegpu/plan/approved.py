@@ -56,7 +56,7 @@ def plan_document(settings, hardware, checkpoint_summary: dict, image, verdicts,
         "checkpoint_files": list(checkpoint_summary.get("files", [])),
         "launch_argv": argv,
     }
-    if getattr(settings, "multi_gpu", None) is not None:  # absent from a one-GPU plan: its digest is unchanged
+    if settings.multi_gpu is not None:  # absent from a one-GPU plan: its digest is unchanged
         identity["gpu_uuids"] = _gpu_set_uuids(hardware, settings)
         identity["protocol"] = settings.protocol
     return {
@@ -157,7 +157,7 @@ def require_same_plan(approved: dict, approved_sha256: str, approved_path: str, 
 def describe_settings(settings) -> list[str]:
     """Fact lines for the settings, each ASSUMED knob on its own line."""
     gpu = f"GPU index {settings.gpu}" if isinstance(settings.gpu, int) else f"GPU {settings.gpu}"
-    if getattr(settings, "multi_gpu", None) is not None:
+    if settings.multi_gpu is not None:
         gpu = (f"{settings.protocol} on GPUs {', '.join(str(g) for g in settings.multi_gpu.gpus)} (rank order), "
                "never a one-GPU result")
     lines = [f"settings {settings.path} ({settings.source_schema}, sha256 {settings.sha256[:12]}): model "

@@ -145,7 +145,7 @@ def run_basis(run_id: str, folder: str, receipt, settings, manifest, samples: li
     Raises CalibrationError naming what is missing or why the run measured nothing.
     """
     where = f"run {run_id}"
-    if getattr(settings, "multi_gpu", None) is not None:
+    if settings.multi_gpu is not None:
         raise CalibrationError(MULTI_GPU_REFUSAL.format(what=f"{where} ran the {settings.protocol}"))
     if not isinstance(receipt, dict) or receipt.get("schema") != RECEIPT_SCHEMA:
         raise CalibrationError(f"{where}: receipt.json is not a kit receipt (schema {RECEIPT_SCHEMA!r})")

@@ -1,5 +1,6 @@
 """How vLLM places a checkpoint on the ranks of a tensor x pipeline parallel launch, rule by rule, each with the
-vLLM file and function that states it (paths under vllm/ of the source read); onegpu.plan.parallel applies them.
+vLLM file and function that states it (paths under vllm/ of the source read); onegpu.plan.rank_share and
+onegpu.plan.parallel apply them.
 
 The source read is vLLM's main branch as stored in the public index (the files carry no release tag); where a
 rule could not be confirmed there, its text says UNCONFIRMED. The rules that are version-sensitive are the ones
@@ -92,7 +93,7 @@ PARALLEL_RULES = {r.key: r for r in (
           f"{_M}layers/quantization/utils/fp8_utils.py:validate_fp8_block_shape",
           f"{_M}layers/quantization/fp8.py:Fp8MoEMethod.__init__ (resolve_fp8_moe_weight_block_shape)")),
     Rule("tp_unknown", "a module the kit has no rule for is counted whole on every rank: an upper bound, named in the "
-                       "plan", ("onegpu.plan.parallel (no vLLM rule read for it)",)),
+                       "plan", ("onegpu.plan.rank_share (no vLLM rule read for it)",)),
     Rule("tp_divisible", "vLLM refuses a split that does not divide: attention heads by TP (divide), KV heads by TP or "
                          "TP by KV heads, the experts' intermediate size by TP, the padded vocabulary by TP",
          (f"{_L}:QKVParallelLinear.__init__ (divide)", f"{_M}models/llama.py:LlamaAttention.__init__ (asserts)",

@@ -77,8 +77,12 @@ class MultiGpu:
 
     @property
     def label(self) -> str:
-        return (f"{len(self.gpus)}-GPU protocol (TP {self.tensor_parallel_size} x PP "
-                f"{self.pipeline_parallel_size})")
+        return protocol_label(self.tensor_parallel_size, self.pipeline_parallel_size)
+
+
+def protocol_label(tp: int, pp: int) -> str:
+    """'N-GPU protocol (TP t x PP p)': how every artefact names a multi-GPU run (N = TP x PP, one GPU per rank)."""
+    return f"{tp * pp}-GPU protocol (TP {tp} x PP {pp})"
 
 
 class SettingsError(ValueError):
