@@ -13,7 +13,7 @@ from itertools import combinations
 from onegpu.core.outcomes import Blocked
 from onegpu.core.units import gib
 from onegpu.machine.checks import find_gpu, known_gpus, require_gpus, require_idle, require_whole_card, size_text
-from onegpu.machine.model import GpuDevice, GpuFacts, GpuLink, HostFacts, IommuFacts
+from onegpu.machine.model import GpuDevice, GpuFacts, GpuLink, HostFacts, IommuFacts, pci_address
 
 UNKNOWN = "unknown (not reported)"
 
@@ -58,12 +58,13 @@ def select_gpu_set(gpu: GpuFacts, selectors: Sequence[int | str]) -> list[GpuDev
 def _require_pci_order(devices: list[GpuDevice]) -> None:
     """Rank r runs on CUDA device r, and the launch makes CUDA number the set by PCI bus: listed in another order,
     every rank would be judged against, and named by, another card than the one it runs on."""
-    buses = [(d.pci_bus_id or "").lower() for d in devices]
-    if "" in buses or len(set(buses)) != len(buses) or buses == sorted(buses):
-        return  # unknown or shared bus IDs (a replayed stand-in): nothing to order by
-    ordered = sorted(devices, key=lambda d: (d.pci_bus_id or "").lower())
+    addresses = [pci_address(d.pci_bus_id) for d in devices if d.pci_bus_id]
+    if (len(addresses) != len(devices) or len(set(addresses)) != len(addresses)
+            or not all(isinstance(a, tuple) for a in addresses) or addresses == sorted(addresses)):
+        return  # unknown, shared or unreadable bus IDs (a replayed stand-in): nothing to order by
+    ordered = sorted(devices, key=lambda d: pci_address(d.pci_bus_id))
     raise Blocked("SETTINGS_INVALID", f"multi_gpu.gpus lists {_cards(devices)} out of PCI bus order "
-                                      f"({', '.join(str(b) for b in buses)}); CUDA numbers the container's GPUs by PCI "
+                                      f"({', '.join(d.pci_bus_id for d in devices)}); CUDA numbers the container's GPUs by PCI "
                                       "bus (the launch sets CUDA_DEVICE_ORDER=PCI_BUS_ID) and vLLM gives rank r the "
                                       f"r-th, so list them as {[d.index for d in ordered]} (and set gpu to "
                                       f"{ordered[0].index})", {"gpus": len(devices)})

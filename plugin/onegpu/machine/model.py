@@ -20,6 +20,16 @@ class GpuProcess:
     used_bytes: int | None
 
 
+def pci_address(bus_id: str) -> tuple[int, ...] | str:
+    """A PCI bus id as numbers (domain, bus, device, function), in bus order: '00000000:01:00.0' (NVML's bus id) and
+    '0000:01:00.0' (its legacy form) are one device; text that is not a bus id stays text."""
+    text = bus_id.strip().lower()
+    try:
+        return tuple(int(part, 16) for part in text.replace(".", ":").split(":"))
+    except ValueError:
+        return text
+
+
 @dataclass(frozen=True)
 class GpuDevice:
     index: int

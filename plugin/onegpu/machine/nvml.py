@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from itertools import combinations
 
-from onegpu.machine.model import GpuDevice, GpuFacts, GpuLink, GpuProcess
+from onegpu.machine.model import GpuDevice, GpuFacts, GpuLink, GpuProcess, pci_address
 
 # NVML's enums by the numbers nvml.h gives them. The raw record keeps NVML's numbers; the facts carry the names.
 TOPOLOGY_LEVELS = {0: "INTERNAL", 10: "SINGLE", 20: "MULTIPLE", 30: "HOSTBRIDGE", 40: "NODE", 50: "SYSTEM"}
@@ -155,17 +155,8 @@ def _nvlink_remote_bus_ids(nvml, handle) -> list[str] | None:
     return remotes
 
 
-def _pci_address(bus_id: str) -> tuple[int, ...] | str:
-    """'00000000:01:00.0' (NVML's bus id) and '0000:01:00.0' (its legacy form) are one device."""
-    text = bus_id.strip().lower()
-    try:
-        return tuple(int(part, 16) for part in text.replace(".", ":").split(":"))
-    except ValueError:
-        return text
-
-
 def _same_pci_device(first: str, second: str) -> bool:
-    return _pci_address(first) == _pci_address(second)
+    return pci_address(first) == pci_address(second)
 
 
 def cuda_version_text(value: int | None) -> str | None:
