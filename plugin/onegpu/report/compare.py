@@ -10,6 +10,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from onegpu.report.parts import multi_gpu_protocol
 from onegpu.core.units import gib
 from onegpu.core.outcomes import PHASES
 from onegpu.evidence.verdicts import progress_words
@@ -189,7 +190,7 @@ def fact_lines(a: RunEvidence, b: RunEvidence) -> list[str]:
 
 def gpu_protocol(receipt) -> str:
     """The run's GPU protocol: the multi-GPU protocol's label, else the one-GPU protocol."""
-    return (receipt.get("selection") or {}).get("protocol") or "one-GPU protocol"
+    return multi_gpu_protocol(receipt) or "one-GPU protocol"
 
 
 def compare_runs(a: RunEvidence, b: RunEvidence) -> list[str]:

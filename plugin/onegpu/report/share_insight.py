@@ -3,6 +3,7 @@ the consistency checks, the landing at READY and the operator-supplied score. Nu
 and shaped identifiers only (onegpu.report.share_shapes); never a path, a message or the operator's score file."""
 from __future__ import annotations
 
+from onegpu.report.parts import multi_gpu_protocol
 from onegpu.plan.operator_score import LABEL as OPERATOR_LABEL
 from onegpu.core.outcomes import CODES
 from onegpu.report.share_shapes import SHAPES, WITHHELD, as_dict, finite, gib, number, shaped
@@ -98,7 +99,7 @@ def landing_lines(receipt: ReceiptData) -> list[str]:
     if not record:
         return ["- not measured (no engine reached READY in this session)"]
     out = []
-    if as_dict(receipt.get("selection")).get("protocol"):
+    if multi_gpu_protocol(receipt):
         out.append("- multi-GPU protocol: the GPU figures measured are rank 0's card and one worker's boot-log line; "
                    "the plan's per-rank figures are not paired with them, so they project none")
     for r in [r for r in record.get("errors") or [] if isinstance(r, dict)]:

@@ -15,7 +15,7 @@ from onegpu.core.limitations import GPU_LOCK as GPU_LOCK_LIMITATION
 from onegpu.plan.kv_pool import ACCOUNTING
 from onegpu.core.outcomes import CODES, consequence
 from onegpu.core.outcomes import PHASES
-from onegpu.report.parts import ONE_WORKER, RANK0_GPU
+from onegpu.report.parts import ONE_WORKER, RANK0_GPU, multi_gpu_protocol
 from onegpu.report.share_shapes import SHAPES, WITHHELD, gib, number, shaped
 from onegpu.report.share_shapes import as_dict as _dict, finite as _n
 from onegpu.evidence.verdicts import capacity_tally
@@ -100,14 +100,9 @@ def _progress(p) -> str:
     return ""
 
 
-def _protocol(receipt: ReceiptData) -> str | None:
-    """The multi-GPU protocol a run declared, or None (the one-GPU protocol)."""
-    return _dict(receipt.get("selection")).get("protocol") or None
-
-
 def _banners(receipt: ReceiptData) -> list[str]:
     out = []
-    protocol = _protocol(receipt)
+    protocol = multi_gpu_protocol(receipt)
     if protocol:
         out.append(f"**MULTI-GPU: {shaped('protocol', protocol)}**: vLLM's own tensor and pipeline parallelism over "
                    "several GPUs, a separate protocol: nothing of this run is a one-GPU result or may be pooled "
@@ -252,7 +247,7 @@ def run_lines(receipt: ReceiptData) -> list[str]:
                    f"{number(f.get('max_concurrency'))}x at {number(f.get('concurrency_tokens'))} tokens; CPU "
                    f"offloaded " + ("not reported in the log" if f.get("cpu_offload_gib") is None
                                     else number(f.get("cpu_offload_gib"), " GiB"))
-                   + (f" ({ONE_WORKER})" if _protocol(receipt) else ""))
+                   + (f" ({ONE_WORKER})" if multi_gpu_protocol(receipt) else ""))
     elif b:
         fail = _dict(b.get("failure"))
         code = b.get("code") if b.get("code") in CODES else WITHHELD
@@ -260,7 +255,7 @@ def run_lines(receipt: ReceiptData) -> list[str]:
                    f"{fail.get('oom_killed') is True}" + (f"; {QUOTED}" if code in quoted_codes(receipt) else ""))
     s = _dict(receipt.get("samples"))
     if s:
-        scope = f" ({RANK0_GPU})" if _protocol(receipt) else ""
+        scope = f" ({RANK0_GPU})" if multi_gpu_protocol(receipt) else ""
         out.append(f"- memory samples: {number(s.get('count'))}; GPU used peak{scope} {gib(s.get('gpu_used_bytes_max'))}, "
                    f"host available lowest {gib(s.get('host_available_bytes_min'))}, container peak "
                    f"{gib(s.get('container_memory_bytes_max'))}")
@@ -323,7 +318,7 @@ def limitation_lines(receipt: ReceiptData) -> list[str]:
     known = [x for x in recorded if x in KNOWN_LIMITATIONS]
     other = len(recorded) - len(known)
     warnings = len(receipt.get("warnings") or [])
-    counted = SET_COUNTED if _protocol(receipt) else ONE_CARD_COUNTED
+    counted = SET_COUNTED if multi_gpu_protocol(receipt) else ONE_CARD_COUNTED
     return ([f"- {x}" for x in (*STANDING, counted, *known)]
             + ([f"- {other} further limitation(s) recorded in the private report"] if other else [])
             + ([f"- {warnings} warning(s) recorded in the private report"] if warnings else []))
