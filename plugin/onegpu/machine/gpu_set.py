@@ -63,11 +63,12 @@ def _require_pci_order(devices: list[GpuDevice]) -> None:
             or not all(isinstance(a, tuple) for a in addresses) or addresses == sorted(addresses)):
         return  # unknown, shared or unreadable bus IDs (a replayed stand-in): nothing to order by
     ordered = sorted(devices, key=lambda d: pci_address(d.pci_bus_id))
-    raise Blocked("SETTINGS_INVALID", f"multi_gpu.gpus lists {_cards(devices)} out of PCI bus order "
-                                      f"({', '.join(d.pci_bus_id for d in devices)}); CUDA numbers the container's GPUs by PCI "
-                                      "bus (the launch sets CUDA_DEVICE_ORDER=PCI_BUS_ID) and vLLM gives rank r the "
-                                      f"r-th, so list them as {[d.index for d in ordered]} (and set gpu to "
-                                      f"{ordered[0].index})", {"gpus": len(devices)})
+    buses = ", ".join(d.pci_bus_id for d in devices)
+    raise Blocked("SETTINGS_INVALID", f"multi_gpu.gpus lists {_cards(devices)} out of PCI bus order ({buses}); CUDA "
+                                      "numbers the container's GPUs by PCI bus (the launch sets "
+                                      "CUDA_DEVICE_ORDER=PCI_BUS_ID) and vLLM gives rank r the r-th, so list them as "
+                                      f"{[d.index for d in ordered]} (and set gpu to {ordered[0].index})",
+                  {"gpus": len(devices)})
 
 
 def _require_distinct(selectors: Sequence[int | str], devices: list[GpuDevice]) -> None:
@@ -130,10 +131,19 @@ def _place(topology: str | None) -> str:
     return f"{TOPOLOGY_PLACES.get(topology, 'at a level the kit does not know')} (NVML topology {topology})"
 
 
+def _newer_than_the_kit(status: str | None) -> bool:
+    """A status number the kit's NVML table does not name (nvml.NVML_VALUE_n: a newer driver's)."""
+    return str(status).startswith("NVML_VALUE_")
+
+
+def _peer_access_off(status: str | None) -> bool:
+    return status not in UNDETERMINED and status != "OK" and not _newer_than_the_kit(status)
+
+
 def _peer_access(status: str | None) -> str:
     if status in UNDETERMINED:
         return UNKNOWN
-    if str(status).startswith("NVML_VALUE_"):
+    if _newer_than_the_kit(status):
         return f"a status the kit does not know ({status}), not judged"
     return P2P_MEANINGS.get(status or "", f"not OK ({status})")
 
@@ -166,9 +176,7 @@ def require_peer_access(gpu: GpuFacts, devices: Sequence[GpuDevice]) -> list[str
     """Blocks when the driver reports peer access off for a pair of the set; a status not reported does not."""
     pairs = _pairs(devices)
     statuses = [(a, b, _read_status(gpu, a, b)) for a, b in pairs]
-    # A status this kit does not know (NVML_VALUE_n: a value newer than its NVML bindings) is not read as "off".
-    refused = [(a, b, status) for a, b, status in statuses
-               if status not in UNDETERMINED and status != "OK" and not str(status).startswith("NVML_VALUE_")]
+    refused = [(a, b, status) for a, b, status in statuses if _peer_access_off(status)]
     if refused:
         each = "; ".join(f"{_pair_name(a, b)}: {status} ({_peer_access(status)})" for a, b, status in refused)
         raise Blocked("P2P_DISABLED", f"the driver reports peer access off between cards of the set: {each}. "
