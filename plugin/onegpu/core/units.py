@@ -10,3 +10,8 @@ def gib(n_bytes: float | int | None) -> str:
     if n_bytes is None:
         return "unknown"
     return f"{n_bytes / GIB:,.2f} GiB"
+
+
+def size_text(n_bytes: int) -> str:
+    """Bytes below a GiB in MiB (an 8 MiB limit, a 256 MiB BAR), the rest as gib() shows them."""
+    return f"{n_bytes / MIB:,.0f} MiB" if n_bytes < GIB else gib(n_bytes)

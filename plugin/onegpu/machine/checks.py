@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from onegpu.machine.model import DockerFacts, GpuDevice, GpuFacts, HostFacts
 from onegpu.core.outcomes import Blocked
-from onegpu.core.units import GIB, MIB, gib
+from onegpu.core.units import GIB, gib, size_text
 
 
 def require_driver(gpu: GpuFacts) -> str:
@@ -29,11 +29,6 @@ def describe_gpu(d: GpuDevice) -> str:
             f"{len(d.compute_processes)} compute process(es){link}"
             + (f", NUMA node {d.numa_node}" if d.numa_node is not None else "")
             + (f", BAR1 {size_text(d.bar1_total_bytes)}" if d.bar1_total_bytes is not None else ""))
-
-
-def size_text(n_bytes: int) -> str:
-    """Bytes below a GiB in MiB (an 8 MiB limit, a 256 MiB BAR), the rest in GiB."""
-    return f"{n_bytes / MIB:,.0f} MiB" if n_bytes < GIB else gib(n_bytes)
 
 
 def find_gpu(gpu: GpuFacts, selector: int | str) -> GpuDevice | None:

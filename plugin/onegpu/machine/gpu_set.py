@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from itertools import combinations
 
 from onegpu.core.outcomes import Blocked
-from onegpu.core.units import gib
-from onegpu.machine.checks import find_gpu, known_gpus, require_gpus, require_idle, require_whole_card, size_text
+from onegpu.core.units import gib, size_text
+from onegpu.machine.checks import find_gpu, known_gpus, require_gpus, require_idle, require_whole_card
 from onegpu.machine.model import GpuDevice, GpuFacts, GpuLink, HostFacts, IommuFacts, pci_address
 
 UNKNOWN = "unknown (not reported)"
