@@ -13,9 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from onegpu.serve.adapter import AdapterLimits
 from onegpu.serve.http_rules import FORWARDED, MAX_BODY_BYTES, MAX_OUTSTANDING
-from onegpu.serve.thread import AdapterThread
 from onegpu.requests.batch import explain_death
 from onegpu.core.outcomes import Blocked
 from onegpu.evidence.rundir import write_json
@@ -139,6 +137,10 @@ class ServeWindow:
         self.explain_end = explain_end
         self.engine_end: dict | None = None  # set once the engine is found gone: why it ended
         self.key = secrets.token_urlsafe(32)
+        # The adapter (asyncio, uvloop, httptools) is imported when a window opens, not when a scan session
+        # collects this phase's tests.
+        from onegpu.serve.adapter import AdapterLimits
+        from onegpu.serve.thread import AdapterThread
         self.adapter = AdapterThread(socket_path, self.key, run_folder / TRANSPORT_FILE,
                                      AdapterLimits(upstream_timeout_s=upstream_timeout_s))
         self.file = ConnectionFile(run_folder / CONNECTION_FILE, self.adapter.url, self.key, model_id, window_s)
