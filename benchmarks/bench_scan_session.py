@@ -6,7 +6,12 @@ written by examples/make_mimo_checkpoint.py) every round times, in a rotating or
     machine's live facts (no GPU here: the machine phase is blocked, as on any GPU-less machine);
   * the header scan alone: read_checkpoint over the same checkpoint, its CPU taken inside the process around the
     call (the imports before it are not the scan's);
-  * `python -c "import pytest"`: the interpreter and pytest, which any pytest session pays.
+  * `python -c "import pytest"`: the interpreter and pytest, which any pytest session pays;
+  * pytest's floor, not judged: a session of empty tests shaped like the scan session just timed (as many test
+    modules as tests_hw, the same counts of passed, xfailed and deselected tests, each xfail raised with a BLOCKED
+    reason) with the kit's plugin left out and every other plugin it loads (pytest-html writing a
+    self-contained report, pytest-metadata, pytest-timeout) and its pytest.ini options in. What it costs beyond
+    `import pytest` is what any pytest session of that shape pays, whatever the kit does.
 Children run as Python runs by default, writing and reusing compiled bytecode (the warm-up writes it; an
 installed package has it from the installer); the environment's PYTHONDONTWRITEBYTECODE is removed for them. The
 session is also timed with PYTHONDONTWRITEBYTECODE=1 (every kit module compiled, and the test modules' asserts
@@ -27,6 +32,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -96,11 +102,11 @@ print(time.process_time() - start)
 CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def run_child(argv: list[str], env: dict | None = None) -> dict:
+def run_child(argv: list[str], env: dict | None = None, cwd: Path = REPO) -> dict:
     """Wall, CPU (user + system) and peak RSS of one child process; its stdout."""
     env = CHILD_ENV if env is None else env
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     assert proc.stdout is not None  # stdout=PIPE
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -144,13 +150,42 @@ def tensor_count(root: Path) -> int:
                               check=True, capture_output=True, text=True).stdout)
 
 
+def session_counts(output: str) -> dict[str, int]:
+    """pytest's closing line, e.g. '23 passed, 29 deselected, 15 xfailed in 0.58s', as counts."""
+    counts = {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|xfailed|deselected|skipped)", output)}
+    if not counts.get("passed", 0) + counts.get("xfailed", 0):
+        raise SystemExit(f"no counts in the scan session's output:\n{output[-2000:]}")
+    return counts
+
+
+def write_floor_suite(folder: Path, counts: dict[str, int]) -> None:
+    """Empty tests in the scan session's shape: as many modules as tests_hw, the same counts."""
+    folder.mkdir()
+    ini = (REPO / "pytest.ini").read_text()
+    addopts = next(line for line in ini.splitlines() if line.startswith("addopts"))
+    (folder / "pytest.ini").write_text(f"[pytest]\n{addopts}\nmarkers =\n    scan: read-only\n"
+                                       "    approve_load: acting\n")
+    kinds = (["xfail"] * counts.get("xfailed", 0) + ["pass"] * (counts.get("passed", 0) + counts.get("failed", 0))
+             + ["deselected"] * counts.get("deselected", 0))
+    modules = sorted((REPO / "tests_hw").glob("test_*.py"))
+    for m, _ in enumerate(modules):
+        lines = ["import pytest", ""]
+        for k, kind in enumerate(kinds[m::len(modules)]):
+            mark = "approve_load" if kind == "deselected" else "scan"
+            body = f"pytest.xfail('BLOCKED NO_GPU: test {k} of module {m}')" if kind == "xfail" else "assert True"
+            lines += [f"@pytest.mark.{mark}", f"def test_{k}():", f"    {body}", "", ""]
+        (folder / f"test_{m}.py").write_text("\n".join(lines))
+
+
 def measure(root: Path, rounds: int, work: Path) -> dict:
     settings = settings_for(root, work)
     probe_dir = work / "probe"
     probe_dir.mkdir(exist_ok=True)
     (probe_dir / "onegpu_bench_probe.py").write_text(PROBE)
     env = {**CHILD_ENV, "PYTHONPATH": f"{probe_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    rows: dict[str, list[dict]] = {"session": [], "scan": [], "import_pytest": [], "session_uncached": []}
+    rows: dict[str, list[dict]] = {"session": [], "scan": [], "import_pytest": [], "session_uncached": [],
+                                   "floor": []}
+    floor_dir = work / f"floor-{root.name}"
     shares = []
 
     def session(n: int, uncached: bool = False) -> dict:
@@ -175,20 +210,37 @@ def measure(root: Path, rounds: int, work: Path) -> dict:
     def import_pytest(_n: int) -> dict:
         return run_child([sys.executable, "-c", "import pytest"])
 
+    def floor(n: int) -> dict:
+        report = work / f"floor-report-{n}.html"
+        result = run_child([sys.executable, "-m", "pytest", "-p", "no:onegpu", "-m", "scan", "-q",
+                            f"--html={report}", "--self-contained-html"], cwd=floor_dir)
+        if result["rc"] != 0 or not report.is_file():
+            raise SystemExit(f"the floor session failed (exit {result['rc']}):\n{result['out'][-3000:]}")
+        report.unlink()
+        return result
+
     figures: dict[str, Callable[[int], dict]] = {"session": session, "scan": scan, "import_pytest": import_pytest,
-               "session_uncached": lambda n: session(n, uncached=True)}
+               "session_uncached": lambda n: session(n, uncached=True), "floor": floor}
     names = list(figures)
-    for name in names:
-        figures[name](-1)  # warm-up: page cache, compiled files
+    warm_session = figures["session"](-1)  # warm-up: page cache, compiled files
+    write_floor_suite(floor_dir, session_counts(warm_session["out"]))  # shaped like that session
+    for name in names[1:]:
+        figures[name](-1)
     for n in range(rounds):
-        order = names[n % 4:] + names[:n % 4]
+        order = names[n % len(names):] + names[:n % len(names)]
         for name in order:
             rows[name].append(figures[name](n))
         shares.append(rows["session"][-1]["probe"])
     ratios = [s["cpu_s"] / (c["cpu_in_process_s"] + i["cpu_s"])
               for s, c, i in zip(rows["session"], rows["scan"], rows["import_pytest"])]
     evidence = [(p["receipt"] + p["report"] + p["summary"]) / p["process_cpu_s"] for p in shares]
-    return {"rows": rows, "ratios": ratios, "evidence_share": evidence, "probes": shares}
+    # Round by round: the session's CPU beyond the scan and `import pytest` that issue 19.2's ratio allows, and
+    # how much of it pytest's floor already takes, and the kit's own work beyond the floor and the scan.
+    spend = [{"allowed": 0.5 * (c["cpu_in_process_s"] + i["cpu_s"]), "floor": f["cpu_s"] - i["cpu_s"],
+              "kit": s["cpu_s"] - f["cpu_s"] - c["cpu_in_process_s"]}
+             for s, c, i, f in zip(rows["session"], rows["scan"], rows["import_pytest"], rows["floor"])]
+    return {"rows": rows, "ratios": ratios, "evidence_share": evidence, "probes": shares, "spend": spend,
+            "counts": session_counts(rows["session"][-1]["out"])}
 
 
 def measure_startup(rounds: int) -> dict:
@@ -234,9 +286,20 @@ def main() -> int:
                  "session / (scan + import) | session peak RSS MiB | scan alone peak RSS MiB | evidence writing, "
                  "share of session CPU | session CPU s, bytecode not cached (not judged) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    spent = ["", "What the ratio allows the session beyond the scan and `import pytest`, and what pytest's floor (a session "
+             "of empty tests of the same shape, the kit's plugin left out) already costs beyond `import pytest`, in "
+             "the same rounds (medians, CPU s):", "",
+             "| checkpoint | session's tests (passed / xfailed / deselected) | pytest floor CPU s | allowed beyond "
+             "scan + import | floor beyond `import pytest` | the kit's own: session - floor - scan |",
+             "|---|---|---:|---:|---:|---:|"]
     with tempfile.TemporaryDirectory(prefix="onegpu-bench-session-") as tmp:
         for label, root in checkpoints:
             got = measure(root, args.rounds, Path(tmp))
+            counts = got["counts"]
+            spent.append(f"| {label} | {counts.get('passed', 0)} / {counts.get('xfailed', 0)} / "
+                         f"{counts.get('deselected', 0)} | {_med(got['rows']['floor'], 'cpu_s'):.2f} | "
+                         + " | ".join(f"{statistics.median(s[k] for s in got['spend']):.2f}"
+                                      for k in ("allowed", "floor", "kit")) + " |")
             rows = got["rows"]
             lines.append(
                 f"| {label} | {tensor_count(root):,} | {_med(rows['session'], 'cpu_s'):.2f} | "
@@ -249,6 +312,7 @@ def main() -> int:
                 f"{statistics.median(p['summary'] for p in got['probes']):.3f} s) | "
                 f"{_med(rows['session_uncached'], 'cpu_s'):.2f} |")
             print(lines[-1], flush=True)
+    lines += spent
     startup = measure_startup(args.rounds)
     lines += ["", f"* Startup: the kit's imports (`python -c \"import {', '.join(KIT_MODULES)}\"`) "
                   f"{_med(startup['kit'], 'cpu_s'):.3f} s CPU against `import pytest` "
