@@ -148,6 +148,10 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{name}: {text}")
     config.stash[KIT_KEY] = KitSession(options={}, command_line=_command_line(config))
     _freeze_long_lived()
+    # Everything frozen goes back to the collector when the session ends. A session run inside another
+    # process (pytester's in-process runs) would otherwise keep whatever was alive at its start, cycles
+    # included, for that process's life. Added now, the callback runs after pytest's own collections at exit.
+    config.add_cleanup(gc.unfreeze)
 
 
 def _freeze_long_lived() -> None:
