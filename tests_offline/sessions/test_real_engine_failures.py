@@ -50,7 +50,7 @@ from pathlib import Path
 
 import pytest
 
-from onegpu.engine.launch import LABEL_ROLE
+from onegpu.engine.launch import LABEL_ROLE, SOCKET_MOUNT
 from onegpu.evidence.receipt import read_receipt
 from devkit.e2e.harness import add_batch, finish, make_project, receipt_of, session, wait_for
 
@@ -226,7 +226,22 @@ def _container_id(folder: Path) -> str | None:
 # Run inside the engine container (docker exec, the engine's own uid): the engine's worker is the process titled
 # VLLM::Worker. KILL sends it SIGKILL. RAM_CAP makes it the OOM killer's choice (oom_score_adj 1000: a process
 # may raise its own kind's) and then takes memory in 16 MiB steps until the cap's OOM killer has ended it; the
-# taker itself may be the killer's next choice while the worker's memory is still being freed (exit 137).
+# taker itself may be the killer's next choice while the worker's memory is still being freed (then it writes
+# nothing). Each script is started (armed) as soon as the session's engine container runs, and waits for a
+# trigger file in the private socket folder, the one folder the container shares with the host: a `docker exec`
+# started only when the fault is due took 10-20 s to start Python in a container whose engine holds both CPUs,
+# and answers of 4-6 s each went by meanwhile (the batch could end before the fault came).
+ARMED = '''
+import os, sys, time
+trigger, said = sys.argv[1], sys.argv[2]
+while not os.path.exists(trigger):
+    time.sleep(0.05)
+sys.stdout = open(said + ".part", "w")
+'''
+SAID = '''
+sys.stdout.close()
+os.rename(said + ".part", said)
+'''
 FIND_WORKER = '''
 import os, signal, sys
 def worker():
@@ -257,27 +272,46 @@ while alive(pid) and len(held) * 16 * 2**20 < limit:
     held.append(b"\\x5a" * (16 * 2**20))
 print(f"VLLM::Worker pid {pid} alive: {alive(pid)} after {len(held) * 16} MiB were taken under a cap of {limit} bytes")
 '''
-BATCH = 6
+BATCH = 8  # the first fault leaves more than one request unanswered, the second needs one to die in and one after
 MAX_TOKENS = 1900
 
 
-def _inject_mid_batch(docker_client, proc, folder: Path, script: str, after: int, earlier: str | None) -> str | None:
-    """Once this session's engine has given `after` more answers, run `script` in its container (docker exec);
-    None if the session ended first. `earlier`: the container ID an earlier session left in the receipt.
+def _engine_container(docker_client, earlier: str | None):
+    """This session's engine container once it runs: the running engine container of the kit Docker reports,
+    not the receipt's word for it (a receipt read mid-session can lag)."""
+    running = [c for c in docker_client.containers.list(filters={"label": f"{LABEL_ROLE}=engine"})
+               if c.id != earlier]
+    assert len(running) <= 1, [c.id for c in running]
+    return running[0] if running else None
 
-    The answers are counted from the session's start (it boots for many seconds before its first), and the
-    container is the running engine container of the kit Docker reports, not the receipt's word for it: a
-    receipt read mid-session can lag, and every answer it lags by is an answer the fault comes too late for."""
+
+def _inject_mid_batch(docker_client, proc, folder: Path, script: str, after: int, earlier: str | None) -> str | None:
+    """Once this session's engine has given `after` more answers, fire `script` in its container; what the
+    script printed, "nothing written" if it ended without writing (the OOM killer took it too), None if the
+    session ended before the fault was due. `earlier`: the container ID an earlier session left in the receipt.
+
+    The answers are counted from the session's start (it boots for many seconds before its first)."""
     answered = len(_lines(folder / "responses.jsonl"))
-    wait_for(lambda: len(_lines(folder / "responses.jsonl")) >= answered + after or proc.poll() is not None,
-             SESSION_TIMEOUT_S, f"{after} more answer(s)", step_s=0.25)
+    engine = wait_for(lambda: _engine_container(docker_client, earlier) or proc.poll() is not None,
+                      SESSION_TIMEOUT_S, "the session's engine container", step_s=0.25)
     if proc.poll() is not None:
         return None
-    (engine,) = [c for c in docker_client.containers.list(filters={"label": f"{LABEL_ROLE}=engine"})
-                 if c.id != earlier]
-    code, output = engine.exec_run(["python3", "-c", script])
-    assert code in (0, 137), output
-    return output.decode() if code == 0 else f"exit {code}"
+    name = f"fault-{engine.id[:12]}"
+    trigger, said = folder / "sock" / f"{name}.go", folder / "sock" / f"{name}.said"
+    in_container = f"{SOCKET_MOUNT}/{name}"
+    engine.exec_run(["python3", "-c", ARMED + script + SAID, f"{in_container}.go", f"{in_container}.said"],
+                    detach=True)
+    wait_for(lambda: len(_lines(folder / "responses.jsonl")) >= answered + after or proc.poll() is not None,
+             SESSION_TIMEOUT_S, f"{after} more answer(s)", step_s=0.05)
+    if proc.poll() is not None:
+        return None
+    trigger.touch(mode=0o600)
+    try:
+        wait_for(lambda: said.exists() or proc.poll() is not None, SESSION_TIMEOUT_S, "the fault's own words")
+        return said.read_text() if said.exists() else "nothing written"
+    finally:
+        trigger.unlink(missing_ok=True)
+        said.unlink(missing_ok=True)
 
 
 def _session_with_fault(monkeypatch, docker_client, project: Path, out: str, extra, script: str | None):
@@ -316,7 +350,7 @@ def test_the_engine_killed_mid_batch_is_named_and_a_resume_answers_each_request_
     responses = folder / "responses.jsonl"
     # 1. The RAM cap's OOM killer takes the worker mid-batch: HOST_OOM_KILLED with the cgroup's evidence.
     receipt, out, said = _session_with_fault(monkeypatch, docker_client, project, "runs/batch", extra, RAM_CAP)
-    assert "alive: False" in said or said == "exit 137", said
+    assert "alive: False" in said or said == "nothing written", said
     message = _assert_batch_death(folder, receipt, "HOST_OOM_KILLED")["message"]
     assert "the RAM cap of 8.00 GiB was exceeded: " in message and "OOM kill(s)" in message, message
     first = [r["custom_id"] for r in _lines(responses)]
