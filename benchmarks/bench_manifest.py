@@ -2,11 +2,13 @@
 
     python benchmarks/bench_manifest.py [--files 8] [--size-mib 256] [--dir /var/tmp] [--workers N]
                                         [--sparse-gib 8] [--results FILE]
-    python benchmarks/bench_manifest.py --warm-cold [--rounds 5] [--files 8] [--size-mib 512] [--results FILE]
+    python benchmarks/bench_manifest.py --warm-cold [--rounds 5] [--files 8] [--size-mib 512] [--contend N]
+                                        [--results FILE]
 
 --warm-cold measures, in the same run and in alternating order, a serial hashlib loop and the engine (as the
 kit runs it: its page cache rule on) with the files warm and cold, a plain read of the cold files, and
-`openssl speed -multi N -elapsed sha256`; see warm_cold().
+`openssl speed -multi N -elapsed sha256`; see warm_cold(). --contend N runs the rounds next to N busy processes
+in a control group of their own (benchmarks/cpu_contention.py; needs root).
 
 Every hashing run happens in a child process, which reports its own peak RSS (VmHWM from /proc/self/status).
 The page-cached figure is measured with POSIX_FADV_DONTNEED off (the engine's drop_cache=False): with it on,
@@ -16,6 +18,7 @@ separately on re-warmed files, and the page-cache residency after it is reported
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import datetime as dt
 import json
@@ -32,7 +35,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 MIB = 2**20
+
+from benchmarks.cpu_contention import contended  # noqa: E402
 
 
 def child(folder: str, workers: int, drop: bool) -> None:
@@ -116,7 +122,7 @@ def engine_child(folder: str, workers: int, force_drop: bool) -> None:
     root = Path(folder)
     files = walk_checkpoint(detect_layout(root))
     began = time.monotonic()
-    plan = plan_page_cache(root, files)  # inside the timing: mincore over every file is part of the cost
+    plan = plan_page_cache(root, files)  # inside the timing: reading every file's residency is part of the cost
     if force_drop:
         plan = CachePlan(frozenset(), True, plan.cold_bytes, plan.room_bytes)
     digests, _ = hash_files(root, files, workers, plan=plan)
@@ -148,10 +154,14 @@ def warm_cold(args) -> None:
     load_before = os.getloadavg()[0]
     folder = Path(tempfile.mkdtemp(prefix="onegpu-bench-warmcold-", dir=args.dir))
     rows: list[dict] = []
-    try:
+    contention = "none started by the benchmark"
+    with contextlib.ExitStack() as stack:
         fs = subprocess.run(["stat", "-f", "-c", "%T", str(folder)], capture_output=True, text=True).stdout.strip()
+        stack.callback(shutil.rmtree, folder, ignore_errors=True)
         paths = make_shards(folder, args.files, args.size_mib)
         total = sum(p.stat().st_size for p in paths)
+        if args.contend:
+            contention = stack.enter_context(contended(args.contend))
         reference = None
         for n in range(args.rounds):
             row: dict = {}
@@ -180,8 +190,6 @@ def warm_cold(args) -> None:
             row["openssl"] = openssl_sha256_bytes_per_s(workers, elapsed=True)[0]
             rows.append(row)
             print(json.dumps(row), flush=True)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
     for row in rows:
         row["floor"] = min(row["openssl"], max(row["read_cold"], row["read1_cold"]))
         row["engine_vs_serial_warm"] = row["engine_warm"] / row["serial_warm"]
@@ -198,7 +206,7 @@ def warm_cold(args) -> None:
     figures = {"machine": machine(), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                "command": " ".join([Path(sys.executable).name, "benchmarks/bench_manifest.py", *sys.argv[1:]]),
                "filesystem": fs, "load_before": load_before, "load_after": os.getloadavg()[0], "files": args.files,
-               "size_mib": args.size_mib, "workers": workers, "rows": rows}
+               "size_mib": args.size_mib, "workers": workers, "contention": contention, "rows": rows}
     print(json.dumps(figures, indent=2))
     text = render_warm_cold(figures)
     if args.results:
@@ -226,14 +234,15 @@ def render_warm_cold(f: dict) -> str:
 * Machine: {m['cpu']}, {m['usable_cpus']} usable CPUs, {m['ram_gib']} GiB RAM, kernel {m['kernel']},
   Python {m['python']}, {m['openssl']}; files on {f['filesystem']} (a virtual disk). Shared with other jobs:
   1-minute load average {f['load_before']:.1f} before, {f['load_after']:.1f} after.
+* Contention during the rounds: {f.get('contention', 'none started by the benchmark')}.
 * Command: `{f['command']}`
 * {len(rows)} rounds; in each, every pass runs in its own child process right after the files were read once
   (warm) or dropped with POSIX_FADV_DONTNEED on each file (cold), residency checked by mincore before and after;
   the serial loop and the engine swap order every round. Every pass's digests equal the first pass's.
 * serial: `hashlib.file_digest` over the files one after another. engine: `hash_files` with {w} threads as
-  custody runs it (page cache rule on; the mincore pass over the files is inside the timing). floor: the slower
-  of `openssl speed -multi {w} -elapsed sha256` (16384-byte blocks) and a plain read of the cold files (the
-  faster of {w} threads and one thread, 4 MiB readv, no hashing).
+  custody runs it (page cache rule on; reading the files' residency, by cachestat or mincore, is inside the
+  timing). floor: the slower of `openssl speed -multi {w} -elapsed sha256` (16384-byte blocks) and a plain read
+  of the cold files (the faster of {w} threads and one thread, 4 MiB readv, no hashing).
 
 | MB/s (10^6 bytes/s), round by round | |
 |---|---|
@@ -377,6 +386,8 @@ def main() -> None:
     parser.add_argument("--kind", help="child pass of --warm-cold: serial, engine, engine_drop, read, read1")
     parser.add_argument("--warm-cold", action="store_true", help="the same-run warm/cold comparison (issue 19.3)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--contend", type=int, default=0, metavar="N", help="--warm-cold next to N busy processes "
+                        "in a control group of their own (needs root)")
     args = parser.parse_args()
     if args.child and args.kind:
         if args.kind == "serial":

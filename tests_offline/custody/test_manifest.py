@@ -10,6 +10,7 @@ import hashlib
 import json
 import mmap
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -23,6 +24,7 @@ from onegpu.checkpoint.hf_cache_auth import (CONTENT_ADDRESS_STATEMENT, Publishe
 from onegpu.custody.manifest import (DROP_STEP_BYTES, FileStat, ManifestError, buffer_bytes_for, default_workers,
                              hash_file, hash_files, load_manifest, plan_page_cache, progress_line, recheck,
                              walk_checkpoint)
+from onegpu.custody import manifest as manifest_module
 from onegpu.custody.manifest import resident_bytes as engine_resident_bytes
 from onegpu.core.units import MIB
 from onegpu.core.outcomes import Blocked
@@ -269,7 +271,8 @@ def _cached_and_dropped(folder: Path, size: int = 9 * MIB) -> tuple[Path, Path, 
 
 
 def test_engine_residency_agrees_with_fincore(disk_folder):
-    """The engine's mincore reading against util-linux fincore, an independent implementation."""
+    """The engine's residency reading, and each of its two ways (cachestat, mincore), against util-linux
+    fincore, an independent implementation."""
     if shutil.which("fincore") is None:
         skip_unless_ci("fincore (util-linux) is not installed")
     cached, dropped, _ = _cached_and_dropped(disk_folder)
@@ -279,9 +282,31 @@ def test_engine_residency_agrees_with_fincore(disk_folder):
                              capture_output=True, text=True, check=True).stdout
         return int(out.split()[0])
 
+    def each_way(path: Path) -> tuple[int | None, int | None]:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            return manifest_module._cachestat_bytes(fd), manifest_module._mincore_bytes(fd, path.stat().st_size)
+        finally:
+            os.close(fd)
+
     for path in (cached, dropped):
         assert engine_resident_bytes(str(path), path.stat().st_size) == fincore(path)
+        by_cachestat, by_mincore = each_way(path)
+        assert by_mincore == fincore(path)
+        assert by_cachestat in (None, fincore(path))  # None: a kernel before 6.5 or a filter refusing the call
     assert engine_resident_bytes(str(cached), cached.stat().st_size) >= 9 * MIB
+
+
+def test_cachestat_is_used_where_the_kernel_has_it():
+    """Linux 6.5 and later answer cachestat(2) on x86_64 and aarch64: there the engine must not fall back to
+    mapping every file; before, it must fall back."""
+    release = tuple(int(part) for part in re.findall(r"\d+", os.uname().release)[:2])
+    expected = release >= (6, 5) and os.uname().machine in ("x86_64", "aarch64")
+    fd = os.open(__file__, os.O_RDONLY)
+    try:
+        assert (manifest_module._cachestat_bytes(fd) is not None) == expected, os.uname()
+    finally:
+        os.close(fd)
 
 
 def test_rule_keeps_a_cached_file_and_drops_cold_files_only_beyond_the_cache_room(disk_folder):

@@ -4,7 +4,7 @@ Threads suffice because hashlib releases the GIL while it hashes a buffer of 204
 HASHLIB_GIL_MINSIZE); every update here is a whole read buffer of 256 KiB. Each worker owns one fixed-size
 buffer, so memory does not grow with the checkpoint. The kernel is told the reads are sequential.
 
-Page cache rule (PAGE_CACHE_RULE), decided per file before hashing from the kernel's own residency (mincore):
+Page cache rule (PAGE_CACHE_RULE), decided per file before hashing from the kernel's own residency (cachestat, or mincore):
 * a file already in the page cache is hashed without dropping it: the engine reads the same files right after,
   and dropping them would turn that load into a disk read;
 * a cold file is dropped behind the reader only when the checkpoint's cold bytes exceed what the page cache can
@@ -122,42 +122,81 @@ def _libc() -> ctypes.CDLL:
     libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
     libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    libc.syscall.restype = ctypes.c_long
     return libc
 
 
 _LOW_BIT = bytes(b & 1 for b in range(256))  # mincore sets bit 0 of a page's byte when the page is resident
+# cachestat(2), Linux 6.5+: the page cache's own count for a file range in one call, without mapping the file.
+# On 512 MiB files it took 0.7 ms against mincore's 9 ms (benchmarks/RESULTS.md), time a hashing pass spent
+# before reading a byte. Its number is the same on every architecture of the unified syscall table; elsewhere,
+# and where the kernel or a seccomp filter refuses it, residency is read with mincore.
+_CACHESTAT_NR = {"x86_64": 451, "aarch64": 451}.get(os.uname().machine)
+
+
+class _CachestatRange(ctypes.Structure):
+    _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]  # len 0: to the end of the file
+
+
+class _Cachestat(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in
+                ("nr_cache", "nr_dirty", "nr_writeback", "nr_evicted", "nr_recently_evicted")]
+
+
+_cachestat_works = _CACHESTAT_NR is not None  # cleared the first time the kernel refuses the call
+
+
+def _cachestat_bytes(fd: int) -> int | None:
+    """Bytes of the open file in the page cache by cachestat(2), or None where the call is not available."""
+    global _cachestat_works
+    if not _cachestat_works:
+        return None
+    span, stat = _CachestatRange(0, 0), _Cachestat()
+    if _libc().syscall(_CACHESTAT_NR, fd, ctypes.byref(span), ctypes.byref(stat), 0) != 0:
+        _cachestat_works = False
+        return None
+    return stat.nr_cache * mmap.PAGESIZE
+
+
+def _mincore_bytes(fd: int, size: int) -> int | None:
+    """Bytes of the open file in the page cache as mincore(2) reports it for shared read-only mappings of
+    at most MINCORE_WINDOW_BYTES (a bounded vector); None when the file cannot be mapped."""
+    libc = _libc()
+    resident = 0
+    vec = ctypes.create_string_buffer(MINCORE_WINDOW_BYTES // mmap.PAGESIZE)
+    for offset in range(0, size, MINCORE_WINDOW_BYTES):
+        length = min(MINCORE_WINDOW_BYTES, size - offset)
+        addr = libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, offset)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            return None
+        try:
+            if libc.mincore(addr, length, vec) != 0:
+                return None
+        finally:
+            libc.munmap(addr, length)
+        pages = (length + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+        resident += vec.raw[:pages].translate(_LOW_BIT).count(1) * mmap.PAGESIZE
+    return resident
 
 
 def resident_bytes(path: str, size: int) -> int | None:
-    """Bytes of the file in the page cache (whole pages), as mincore(2) reports it for a shared read-only
-    mapping; None when the file cannot be mapped (some file systems, a special file).
+    """Bytes of the file in the page cache (whole pages), by cachestat(2) or else mincore(2); None when
+    neither can tell (a file that cannot be opened or mapped: some file systems, a special file).
 
-    Mapping a file and asking mincore touches none of its pages, so the answer does not change what it
-    measures (a timed read would pull the pages in). Windows of MINCORE_WINDOW_BYTES bound the vector.
+    Neither call touches the file's pages, so the answer does not change what it measures (a timed read would
+    pull the pages in).
     """
     if size <= 0:
         return 0
-    libc = _libc()
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        resident = 0
-        vec = ctypes.create_string_buffer(MINCORE_WINDOW_BYTES // mmap.PAGESIZE)
-        for offset in range(0, size, MINCORE_WINDOW_BYTES):
-            length = min(MINCORE_WINDOW_BYTES, size - offset)
-            addr = libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, offset)
-            if addr in (None, ctypes.c_void_p(-1).value):
-                return None
-            try:
-                if libc.mincore(addr, length, vec) != 0:
-                    return None
-            finally:
-                libc.munmap(addr, length)
-            pages = (length + mmap.PAGESIZE - 1) // mmap.PAGESIZE
-            resident += vec.raw[:pages].translate(_LOW_BIT).count(1) * mmap.PAGESIZE
-        return min(resident, size)
+        resident = _cachestat_bytes(fd)
+        if resident is None:
+            resident = _mincore_bytes(fd, size)
+        return None if resident is None else min(resident, size)
     finally:
         os.close(fd)
 
