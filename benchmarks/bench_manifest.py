@@ -187,6 +187,7 @@ def warm_cold(args) -> None:
                 row[f"{kind}_cold"] = total / run_kind(kind, folder, workers)["seconds"]
             warm(paths)  # what the engine's load reads after a pass that left the files cached
             row["read1_warm"] = total / run_kind("read1", folder, workers)["seconds"]
+            row["residency_ms"] = residency_read_ms(paths)
             row["openssl"] = openssl_sha256_bytes_per_s(workers, elapsed=True)[0]
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -271,7 +272,13 @@ def render_warm_cold(f: dict) -> str:
   {pct('resident_before_serial_cold')}; engine {pct('resident_before_engine_warm')} /
   {pct('resident_before_engine_cold')}. After the engine's warm pass: {pct('resident_after_engine_warm')}; after its cold pass: {pct('resident_after_engine_cold')}.
 * The engine's decision, last round: warm: {rows[-1]['plan_warm']}; cold: {rows[-1]['plan_cold']}.
+* Reading the warm files' residency, ms per round: cachestat {_ways(rows, 'cachestat')}; mincore
+  {_ways(rows, 'mincore')} (the engine uses cachestat where the kernel answers it).
 """
+
+
+def _ways(rows: list[dict], way: str) -> str:
+    return ", ".join(f"{r['residency_ms'][way]:.1f}" if way in r["residency_ms"] else "refused" for r in rows)
 
 
 def peak_rss_kib() -> int:
@@ -310,6 +317,29 @@ def resident_fraction(paths: list[Path]) -> float:
         resident += sum(b & 1 for b in vec.raw)
         total += pages
     return resident / total if total else 0.0
+
+
+def residency_read_ms(paths: list[Path]) -> dict[str, float]:
+    """Milliseconds to read every file's page-cache residency each way the engine can (cachestat(2), mincore(2)),
+    the files warm: the cost a hashing pass pays before its first read. cachestat is None where the kernel
+    refuses it."""
+    from onegpu.custody import manifest
+
+    spent: dict[str, float] = {}
+    for way in ("cachestat", "mincore"):
+        began = time.perf_counter()
+        for path in paths:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                got = (manifest._cachestat_bytes(fd) if way == "cachestat"
+                       else manifest._mincore_bytes(fd, path.stat().st_size))
+            finally:
+                os.close(fd)
+            if got is None:
+                break
+        else:
+            spent[way] = (time.perf_counter() - began) * 1000
+    return spent
 
 
 def warm(paths: list[Path]) -> None:
