@@ -321,8 +321,7 @@ def resident_fraction(paths: list[Path]) -> float:
 
 def residency_read_ms(paths: list[Path]) -> dict[str, float]:
     """Milliseconds to read every file's page-cache residency each way the engine can (cachestat(2), mincore(2)),
-    the files warm: the cost a hashing pass pays before its first read. cachestat is None where the kernel
-    refuses it."""
+    the files warm: the cost a hashing pass pays before its first read. A way the kernel refuses is left out."""
     from onegpu.custody import manifest
 
     spent: dict[str, float] = {}

@@ -128,8 +128,8 @@ def _libc() -> ctypes.CDLL:
 
 _LOW_BIT = bytes(b & 1 for b in range(256))  # mincore sets bit 0 of a page's byte when the page is resident
 # cachestat(2), Linux 6.5+: the page cache's own count for a file range in one call, without mapping the file.
-# On 512 MiB files it took 0.7 ms against mincore's 9 ms (benchmarks/RESULTS.md), time a hashing pass spent
-# before reading a byte. Its number is the same on every architecture of the unified syscall table; elsewhere,
+# For eight cached files of 512 MiB it took 1.1-1.6 ms against mincore's 70-110 ms (benchmarks/RESULTS.md), time
+# a hashing pass spent before reading a byte. Its number is the same on every architecture of the unified syscall table; elsewhere,
 # and where the kernel or a seccomp filter refuses it, residency is read with mincore.
 _CACHESTAT_NR = {"x86_64": 451, "aarch64": 451}.get(os.uname().machine)
 
