@@ -117,7 +117,8 @@ def engine_child(folder: str, workers: int, force_drop: bool) -> None:
     package.__path__ = [str(REPO / "plugin")]
     sys.modules["plugin"] = package
     from onegpu.checkpoint.hf_cache_auth import detect_layout
-    from onegpu.custody.manifest import CachePlan, hash_files, plan_page_cache, walk_checkpoint
+    from onegpu.custody.manifest import hash_files, walk_checkpoint
+    from onegpu.custody.page_cache import CachePlan, plan_page_cache
 
     root = Path(folder)
     files = walk_checkpoint(detect_layout(root))
@@ -322,7 +323,7 @@ def resident_fraction(paths: list[Path]) -> float:
 def residency_read_ms(paths: list[Path]) -> dict[str, float]:
     """Milliseconds to read every file's page-cache residency each way the engine can (cachestat(2), mincore(2)),
     the files warm: the cost a hashing pass pays before its first read. A way the kernel refuses is left out."""
-    from onegpu.custody import manifest
+    from onegpu.custody.page_cache import cachestat_bytes, mincore_bytes
 
     spent: dict[str, float] = {}
     for way in ("cachestat", "mincore"):
@@ -330,8 +331,7 @@ def residency_read_ms(paths: list[Path]) -> dict[str, float]:
         for path in paths:
             fd = os.open(path, os.O_RDONLY)
             try:
-                got = (manifest._cachestat_bytes(fd) if way == "cachestat"
-                       else manifest._mincore_bytes(fd, path.stat().st_size))
+                got = cachestat_bytes(fd) if way == "cachestat" else mincore_bytes(fd, path.stat().st_size)
             finally:
                 os.close(fd)
             if got is None:

@@ -8,9 +8,8 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 from benchmarks.cpu_contention import V1_CPU, V2_ROOT
+from tests_offline.docker_required import skip_unless_ci
 from tests_offline.paths import REPO_ROOT
 
 CHILD = '''
@@ -39,8 +38,9 @@ print(json.dumps({"inside": inside, "after": after, "description": description})
 def test_busy_processes_and_the_benchmark_sit_in_two_groups_and_leave_nothing_behind():
     hierarchy = V1_CPU if (V1_CPU / "cgroup.procs").exists() else V2_ROOT
     if os.geteuid() != 0 or not os.access(hierarchy / "cgroup.procs", os.W_OK):
-        # Not something CI installs: a machine (or container) that cannot make control groups cannot run --contend.
-        pytest.skip(f"making cpu control groups needs root and a writable {hierarchy}")
+        # CI runs as root (it installs Debian packages and starts dockerd) on a machine whose cgroups it can write.
+        skip_unless_ci(f"making cpu control groups needs root and a writable {hierarchy}",
+                       "root and a writable cpu cgroup hierarchy")
     name = f"onegpu-test-{os.getpid()}"
     out = subprocess.run([sys.executable, "-c", CHILD, name], cwd=REPO_ROOT, capture_output=True, text=True,
                          timeout=60, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})

@@ -22,10 +22,9 @@ from onegpu.custody.flow import CustodyRequest, Reuse, covers_every_file, take_c
 from onegpu.checkpoint.hf_cache_auth import (CONTENT_ADDRESS_STATEMENT, PublisherHashesError, detect_layout,
                                   parse_publisher_hashes)
 from onegpu.custody.manifest import (DROP_STEP_BYTES, FileStat, ManifestError, buffer_bytes_for, default_workers,
-                             hash_file, hash_files, load_manifest, plan_page_cache, progress_line, recheck,
-                             walk_checkpoint)
-from onegpu.custody import manifest as manifest_module
-from onegpu.custody.manifest import resident_bytes as engine_resident_bytes
+                             hash_file, hash_files, load_manifest, progress_line, recheck, walk_checkpoint)
+from onegpu.custody.page_cache import cachestat_bytes, mincore_bytes, plan_page_cache
+from onegpu.custody.page_cache import resident_bytes as engine_resident_bytes
 from onegpu.core.units import MIB
 from onegpu.core.outcomes import Blocked
 from tests_offline.docker_required import skip_unless_ci
@@ -285,7 +284,7 @@ def test_engine_residency_agrees_with_fincore(disk_folder):
     def each_way(path: Path) -> tuple[int | None, int | None]:
         fd = os.open(path, os.O_RDONLY)
         try:
-            return manifest_module._cachestat_bytes(fd), manifest_module._mincore_bytes(fd, path.stat().st_size)
+            return cachestat_bytes(fd), mincore_bytes(fd, path.stat().st_size)
         finally:
             os.close(fd)
 
@@ -307,7 +306,7 @@ def test_cachestat_is_used_where_the_kernel_answers_it():
     fd = os.open(__file__, os.O_RDONLY)
     try:
         answered = os.uname().machine in ("x86_64", "aarch64") and libc.syscall(451, fd, span, counts, 0) == 0
-        got = manifest_module._cachestat_bytes(fd)
+        got = cachestat_bytes(fd)
     finally:
         os.close(fd)
     assert got == (counts[0] * mmap.PAGESIZE if answered else None), (os.uname().release, answered, got)
