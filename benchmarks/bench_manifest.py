@@ -39,6 +39,7 @@ sys.path.insert(0, str(REPO))
 MIB = 2**20
 
 from benchmarks.cpu_contention import contended  # noqa: E402
+from devkit.page_cache import resident_bytes  # noqa: E402
 
 
 def child(folder: str, workers: int, drop: bool) -> None:
@@ -297,27 +298,10 @@ def run_child(folder: Path, workers: int, drop: bool, read_only: bool = False) -
 
 
 def resident_fraction(paths: list[Path]) -> float:
-    """Share of the files' pages in the page cache (mincore)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-    resident = total = 0
-    for path in paths:
-        size = path.stat().st_size
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-            pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
-            vec = ctypes.create_string_buffer(pages)
-            libc.mincore(addr, size, vec)
-            libc.munmap(addr, size)
-        finally:
-            os.close(fd)
-        resident += sum(b & 1 for b in vec.raw)
-        total += pages
-    return resident / total if total else 0.0
+    """Share of the files' pages in the page cache, by mincore (devkit.page_cache: the tests' reference, not the
+    engine's own reader, which is what is being measured)."""
+    pages = sum((path.stat().st_size + mmap.PAGESIZE - 1) // mmap.PAGESIZE for path in paths)
+    return sum(map(resident_bytes, paths)) / mmap.PAGESIZE / pages if pages else 0.0
 
 
 def residency_read_ms(paths: list[Path]) -> dict[str, float]:
