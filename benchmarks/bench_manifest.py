@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import datetime as dt
 import json
 import mmap

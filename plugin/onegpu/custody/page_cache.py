@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from onegpu.core.units import GIB, gib
+from onegpu.machine.host import parse_meminfo
 
 if TYPE_CHECKING:
     from onegpu.custody.manifest import FileStat
@@ -51,8 +52,8 @@ def _libc() -> ctypes.CDLL:
 _LOW_BIT = bytes(b & 1 for b in range(256))  # mincore sets bit 0 of a page's byte when the page is resident
 # cachestat(2), Linux 6.5+: the page cache's own count for a file range in one call, without mapping the file.
 # For eight cached files of 512 MiB it took 1.1-1.6 ms against mincore's 70-110 ms (benchmarks/RESULTS.md), time
-# a hashing pass spent before reading a byte. Its number is the same on every architecture of the unified syscall table; elsewhere,
-# and where the kernel or a seccomp filter refuses it, residency is read with mincore.
+# a hashing pass spent before reading a byte. Its number is the same on every architecture of the unified syscall
+# table; elsewhere, and where the kernel or a seccomp filter refuses it, residency is read with mincore.
 _CACHESTAT_NR = {"x86_64": 451, "aarch64": 451}.get(os.uname().machine)
 
 
@@ -128,12 +129,9 @@ def mem_available_bytes() -> int | None:
     that can be reclaimed included."""
     try:
         with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+            return parse_meminfo(fh.read()).get("MemAvailable")
+    except OSError:
+        return None
 
 
 @dataclass(frozen=True)
