@@ -34,7 +34,6 @@ at the end, on Ctrl-C and SIGTERM too (and by the kit's watcher process if this 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as dt
 import json
 import os
@@ -49,10 +48,13 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from msgspec import structs
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_adapter import (added_ms, adapter_process, command_line, interleaved,  # noqa: E402
                                       machine_cpu_ticks, machine_line, markdown as latency_table, stats)
+from onegpu.core.jsonable import to_json  # noqa: E402
 from onegpu.requests.canary import canary_file  # noqa: E402
 from onegpu.engine.cgroup import CGROUP_ROOT, CgroupDir, find_container_cgroup, memory_bytes  # noqa: E402
 from onegpu.requests.requests_file import body_bytes  # noqa: E402
@@ -295,7 +297,7 @@ def kit_launch_spec(image_id: str, model_dir: Path, socket_dir: str):
                                "model_path": str(model_dir), "image": image_id, "gpu": 0, **SETTINGS},
                               "benchmarks/bench_real_engine.py", "")
     spec = build_launch_spec(settings, None, image_id, RUN_ID, socket_dir, current_owner())
-    return dataclasses.replace(spec, engine_platform="cpu",
+    return structs.replace(spec, engine_platform="cpu",
                                environment={**spec.environment, "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB)},
                                labels={**spec.labels, "onegpu.test": "1"})
 
@@ -492,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
             high_water["boot"] = watch.high_water()
             watch.phase = "calls"
             results["boot"] = {"s": round(engine.boot_elapsed_s, 2),
-                               "facts": dataclasses.asdict(handle.boot) if handle.boot else None}
+                               "facts": to_json(handle.boot) if handle.boot else None}
             results["canary"] = canary_times(spec.socket_path, MODEL_ID, args.canary_calls)
             print(f"canary: {results['canary']}", file=sys.stderr, flush=True)
             before = cpu_snapshot(handle.container_id, watch.cgroup)

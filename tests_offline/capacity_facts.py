@@ -1,6 +1,6 @@
 """Plain facts for the capacity tests: a small Llama config, checkpoint facts from a tensor table, settings, a GPU
 and a host, as the capacity, plan, proposal and landing tests build them."""
-from dataclasses import fields
+from msgspec.structs import fields
 from types import SimpleNamespace
 
 from onegpu.checkpoint.model import CheckpointFacts, QuantFacts, TensorInfo, TensorTable

@@ -9,11 +9,12 @@ as uid 1000 (not root, which would hide permission bugs) with its run folder 070
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import uuid
 from pathlib import Path
+
+from msgspec import structs
 
 from onegpu.checkpoint.scan import read_config
 from onegpu.engine.launch import LaunchSpec, Owner, build_launch_spec
@@ -63,7 +64,7 @@ def make_spec(root: Path, image_id: str, knobs: dict | None = None, config: dict
     owner = Owner(me.pid, me.start_ticks, me.boot_id, me.pidns, ENGINE_UID, ENGINE_GID)
     spec = build_launch_spec(settings, None, image_id, f"test-{uuid.uuid4().hex[:8]}", str(sock), owner,
                              towers=has_towers(read_config(ckpt)))
-    return dataclasses.replace(
+    return structs.replace(
         spec, environment={**spec.environment, **(knobs or {})},
         labels={**spec.labels, "onegpu.test": "1", "onegpu.test_case": uuid.uuid4().hex})
 

@@ -19,11 +19,11 @@ The receipt and the report carry a banner and a limitation saying so.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 
 import pytest
+from msgspec import structs
 
 from onegpu.core.jsonable import to_json
 from onegpu.plan.kvcache import kv_cache_estimate
@@ -60,7 +60,7 @@ def launch_spec(launch_spec, kit):
     extra_args = json.loads(os.environ.get("ONEGPU_E2E_EXTRA_ARGS") or "[]")
     if len(launch_spec.gpu_uuids) > 1:
         extra = {"VLLM_CPU_OMP_THREADS_BIND": rank_cpus(len(launch_spec.gpu_uuids)), **extra}
-    spec = dataclasses.replace(
+    spec = structs.replace(
         launch_spec, gpu_uuid=None, engine_platform="cpu", command=[*launch_spec.command, *extra_args],
         environment={**launch_spec.environment, "VLLM_CPU_KVCACHE_SPACE": kv_gib, **extra},
         labels={**launch_spec.labels, "onegpu.test": "1"},

@@ -15,12 +15,12 @@ The receipt carries a banner and a limitation saying so.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path
 
 import pytest
+from msgspec import structs
 
 from onegpu.machine.model import facts_to_json
 from onegpu.machine.nvml import gpu_facts_from_raw
@@ -39,8 +39,8 @@ def hardware(hardware, kit):
 def simulate_gpu(hardware, kit, banner: str):
     """The live facts with the recorded H200 as the GPU, written to the run folder and receipt with `banner`."""
     recorded = json.loads(RECORDED_NVML.read_text())["raw"]
-    docker = dataclasses.replace(hardware.docker, cdi_gpu_devices=["nvidia.com/gpu=0 (simulated)"])
-    simulated = dataclasses.replace(hardware, gpu=gpu_facts_from_raw(recorded), docker=docker,
+    docker = structs.replace(hardware.docker, cdi_gpu_devices=["nvidia.com/gpu=0 (simulated)"])
+    simulated = structs.replace(hardware, gpu=gpu_facts_from_raw(recorded), docker=docker,
                                     notes=[*hardware.notes, banner])
     data = facts_to_json(simulated)
     write_json(kit.run_folder / "hardware.json", data)
@@ -53,7 +53,7 @@ def simulate_gpu(hardware, kit, banner: str):
 @pytest.fixture(scope="session")
 def launch_spec(launch_spec, kit):
     knobs = json.loads(os.environ.get("ONEGPU_E2E_STUB_ENV") or "{}")
-    spec = dataclasses.replace(launch_spec, gpu_uuid=None, environment={**launch_spec.environment, **knobs},
+    spec = structs.replace(launch_spec, gpu_uuid=None, environment={**launch_spec.environment, **knobs},
                                labels={**launch_spec.labels, "onegpu.test": "1"},
                                notes=[*launch_spec.notes, "SIMULATED: no GPU device request (no NVIDIA runtime on "
                                                           "this machine); stub knobs " + json.dumps(knobs)])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from msgspec import structs
 
 from tests_offline.image_runs import CONTAINER_TIMEOUT_S, run_ok
 from devkit.real_engine.build import CONSTRAINTS, LABEL, RECORD_DIR, ensure_real_engine_image, \
@@ -117,13 +118,12 @@ def test_the_kits_probe_finds_every_launch_flag_in_the_real_vllm(docker_client, 
     """The runtime probe against the real engine, for a launch with every conditional flag: a checkpoint with a
     vision and an audio tower (--language-model-only) and `--generation-config vllm`, both read from vLLM 0.32.0's
     own `vllm serve --help=all`."""
-    import dataclasses
-
+    
     from onegpu.engine.probe import run_probe
     from tests_offline.engine_helpers import make_spec
 
     config = {"architectures": ["MiMoV2OmniForCausalLM"], "vision_config": {"depth": 28}, "audio_config": {}}
-    spec = dataclasses.replace(make_spec(tmp_path, real_engine_image, config=config), engine_platform="cpu")
+    spec = structs.replace(make_spec(tmp_path, real_engine_image, config=config), engine_platform="cpu")
     assert {"--generation-config", "--language-model-only"} <= set(spec.flags_used())
     facts, _ = run_probe(docker_client, spec, timeout_s=CONTAINER_TIMEOUT_S)
     assert facts.vllm_version.startswith(VLLM_VERSION) and facts.platform == "cpu"

@@ -4,7 +4,6 @@ the stop timeout, and no pull ever. What is simulated: no GPU exists here, so sp
 request (see tests_offline/engine_helpers.py)."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import stat
@@ -13,6 +12,7 @@ import time
 import psutil
 import pytest
 from docker.errors import NotFound
+from msgspec import structs
 
 from onegpu.engine.container import Engine
 from onegpu.engine.image import resolve_image
@@ -142,7 +142,7 @@ def test_the_engine_can_load_code_it_compiles_into_its_scratch_folders(docker_cl
 def test_a_uid_without_a_passwd_entry_still_has_a_user_name(docker_client, tmp_path, stub_image):
     """The engine runs as the invoking uid, which the image's /etc/passwd need not list: getpass (torch inductor's
     cache folder) then answers from USER/LOGNAME, and fails without them."""
-    spec = dataclasses.replace(make_spec(tmp_path, stub_image), user="4321:4321")  # not in the stub's passwd
+    spec = structs.replace(make_spec(tmp_path, stub_image), user="4321:4321")  # not in the stub's passwd
     code, out = short_run(docker_client, spec, (
         "import getpass, os, pwd\n"
         "try:\n    pwd.getpwuid(os.getuid())\nexcept KeyError:\n    print('no passwd entry for', os.getuid())\n"
@@ -155,7 +155,7 @@ def test_a_uid_without_a_passwd_entry_still_has_a_user_name(docker_client, tmp_p
 
 def test_ram_cap_holds_and_its_kill_is_classified(docker_client, tmp_path, stub_image):
     spec = make_spec(tmp_path, stub_image, {"STUB_FAIL": "alloc_past_cap", "STUB_ALLOC_LIMIT_MIB": "1024"})
-    spec = dataclasses.replace(spec, mem_limit_bytes=256 * MiB, memswap_limit_bytes=256 * MiB)
+    spec = structs.replace(spec, mem_limit_bytes=256 * MiB, memswap_limit_bytes=256 * MiB)
     blocked, eng = launch_failure(docker_client, spec)
     assert blocked.code == "HOST_OOM_KILLED", blocked
     assert eng.final["oom_killed"] is True and eng.final["exit_code"] == 137
@@ -218,7 +218,7 @@ def test_no_pull_ever_happens(docker_client, tmp_path, stub_image):
     with pytest.raises(Blocked) as exc:
         resolve_image(docker_client, "onegpu-never-built/engine:absent")
     assert exc.value.code == "IMAGE_MISSING"
-    spec = dataclasses.replace(make_spec(tmp_path, stub_image), image_id="sha256:" + "0" * 64)
+    spec = structs.replace(make_spec(tmp_path, stub_image), image_id="sha256:" + "0" * 64)
     eng = engine_for(docker_client, spec)
     with pytest.raises(Blocked) as missing:  # create never pulls: a missing ID is an outcome, not a download
         eng.launch()

@@ -3,11 +3,11 @@ test checks on the real Docker engine that the printed `docker run` line creates
 SDK keyword arguments."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import shlex
 import subprocess
 
+from msgspec import structs
 
 from onegpu.engine import launch
 from onegpu.engine.launch import (GPU_UTILIZATION, build_launch_spec, container_name, hf_cache_layout,
@@ -36,7 +36,7 @@ def test_generation_config_vllm_is_in_the_plan_with_its_reason():
     (note,) = [r for r in rows if r.startswith("note       --generation-config vllm:")]
     assert "generation_config.json" in note and "max_new_tokens" in note and "byte for byte" in note
     assert note.removeprefix("note       ") in spec.to_json()["notes"]
-    wrong = dataclasses.replace(spec, command=[*spec.command[:-1], "auto"])
+    wrong = structs.replace(spec, command=[*spec.command[:-1], "auto"])
     assert missing_elements(wrong, settings(), UUID) == ["--generation-config must be 'vllm', is 'auto'"]
 
 
@@ -49,10 +49,10 @@ def test_a_checkpoint_with_towers_is_launched_language_model_only():
     assert any(r.startswith("note       --language-model-only: config.json declares vision_config, audio_config")
                for r in spec.plan_lines())
     assert missing_elements(spec, settings(), UUID) == []
-    without = dataclasses.replace(spec, command=spec.command[:-1])
+    without = structs.replace(spec, command=spec.command[:-1])
     assert missing_elements(without, settings(), UUID) == [
         "--language-model-only must appear exactly when config.json declares towers (vision_config, audio_config)"]
-    assert missing_elements(dataclasses.replace(plain, command=[*plain.command, "--language-model-only"]),
+    assert missing_elements(structs.replace(plain, command=[*plain.command, "--language-model-only"]),
                             settings(), UUID) == [
         "--language-model-only must appear exactly when config.json declares towers (none)"]
 
@@ -69,7 +69,7 @@ def test_the_engine_has_a_user_name_for_a_uid_without_a_passwd_entry():
     argv = spec.docker_run_argv()
     assert {"USER=engine", "LOGNAME=engine"} <= {argv[i + 1] for i, a in enumerate(argv) if a == "--env"}
     assert spec.to_json()["environment"]["LOGNAME"] == "engine"
-    unnamed = dataclasses.replace(spec, environment={k: v for k, v in env.items() if k != "LOGNAME"})
+    unnamed = structs.replace(spec, environment={k: v for k, v in env.items() if k != "LOGNAME"})
     assert missing_elements(unnamed, settings(), UUID) == ["environment LOGNAME must be 'engine'"]
 
 
@@ -181,7 +181,7 @@ def test_docker_run_line_is_shell_quoted_and_complete():
 
 def test_missing_elements_names_what_is_wrong():
     s = settings()
-    bad = dataclasses.replace(spec_for(), network_mode="bridge", memswap_limit_bytes=0,
+    bad = structs.replace(spec_for(), network_mode="bridge", memswap_limit_bytes=0,
                               command=[a for a in spec_for().command if a != "--enforce-eager"])
     problems = missing_elements(bad, s, UUID)
     assert any("network must be none" in p for p in problems)

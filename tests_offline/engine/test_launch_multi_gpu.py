@@ -2,8 +2,9 @@
 the NCCL environment shown, the label on every line a person reads; the one-GPU launch is unchanged."""
 from __future__ import annotations
 
-import dataclasses
 import subprocess
+
+from msgspec import structs
 
 from onegpu.engine.launch import build_launch_spec, missing_elements
 from onegpu.plan.settings import FIELD_NCCL_ENV
@@ -45,7 +46,7 @@ def test_cuda_numbers_the_set_by_pci_bus_so_rank_r_is_the_r_th_card_listed():
     assert spec.environment["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert "--env CUDA_DEVICE_ORDER=PCI_BUS_ID" in " ".join(spec.docker_run_argv())
     assert any("listed in PCI bus order" in note for note in spec.notes)
-    assert missing_elements(dataclasses.replace(spec, environment={
+    assert missing_elements(structs.replace(spec, environment={
         k: v for k, v in spec.environment.items() if k != "CUDA_DEVICE_ORDER"}), s, UUIDS[0]) == [
         "environment CUDA_DEVICE_ORDER must be 'PCI_BUS_ID'"]
 
@@ -72,11 +73,11 @@ def test_the_one_gpu_launch_carries_nothing_of_the_set():
 
 def test_missing_elements_catches_a_set_handed_over_short_or_without_the_parallel_flags():
     s, spec = multi_spec()
-    short = dataclasses.replace(spec, gpu_uuids=UUIDS[:1])
+    short = structs.replace(spec, gpu_uuids=UUIDS[:1])
     assert any("hands over 2 GPUs by UUID, the spec has 1" in p for p in missing_elements(short, s, UUIDS[0]))
-    bare = dataclasses.replace(spec, command=[a for a in spec.command if a != "--disable-custom-all-reduce"])
+    bare = structs.replace(spec, command=[a for a in spec.command if a != "--disable-custom-all-reduce"])
     assert any("--disable-custom-all-reduce" in p for p in missing_elements(bare, s, UUIDS[0]))
-    one = dataclasses.replace(spec, command=["1" if a == "2" else a for a in spec.command])
+    one = structs.replace(spec, command=["1" if a == "2" else a for a in spec.command])
     assert "--tensor-parallel-size must be '2', is '1'" in missing_elements(one, s, UUIDS[0])
 
 

@@ -3,9 +3,9 @@ cards, the pairs between them, and the host's peer-to-peer preconditions. Pure f
 NVML reads that produce these facts are tested in test_nvml_facts.py."""
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
+from msgspec import structs
 
 from onegpu.core.outcomes import Blocked
 from onegpu.machine.gpu_set import (
@@ -19,7 +19,7 @@ TOTAL = 97_887 * MiB  # an RTX PRO 6000 Blackwell, as NVML reports it
 
 
 def card(index: int, **changes) -> GpuDevice:
-    return dataclasses.replace(GpuDevice(
+    return structs.replace(GpuDevice(
         index=index, name="NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
         uuid=f"GPU-00000000-0000-4000-8000-00000000000{index}", total_bytes=TOTAL, free_bytes=TOTAL - 3 * GiB,
         used_bytes=MiB, reserved_bytes=3 * GiB - MiB, mig_enabled=False, compute_processes=[],

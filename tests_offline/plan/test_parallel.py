@@ -1,6 +1,6 @@
 """Capacity per rank of a TP x PP protocol, on synthetic checkpoints: each expected byte count is worked out here
 from the tensors the test puts in the checkpoint and the vLLM rule it names, never from the code under test."""
-from dataclasses import replace
+from msgspec.structs import replace
 
 import pytest
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 import bisect
 import fnmatch
 import re
-from dataclasses import asdict, dataclass, field
+from msgspec import Struct, field
 
 from packaging.version import InvalidVersion, Version
 
 from onegpu.plan.kv_dtypes import KV_DTYPES
 from onegpu.checkpoint.tensor_roles import collapse_experts
+from onegpu.core.jsonable import to_json
 
 MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers", "mtp_num_layers")
 # Name parts that carry draft-layer weights: `model.mtp.layers.N.` (MiMo V2, Qwen3-Next), `model.mtp_layers.N.`
@@ -39,8 +40,7 @@ KV_DTYPE_VERSIONS = {name: (row.refused_below, row.accepted_from) for name, row 
 _MODEL_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "half": "float16"}
 
 
-@dataclass(frozen=True)
-class Check:
+class Check(Struct, frozen=True):
     """One consistency check: "ok", "warning" or "unknown", with its message."""
 
     check: str
@@ -48,7 +48,7 @@ class Check:
     message: str
 
     def as_json(self) -> dict:
-        return asdict(self)
+        return to_json(self)
 
 
 def _names(items) -> str:
@@ -73,8 +73,7 @@ def _declared_mtp(cfg: dict) -> tuple[str, int] | None:
 _DRAFT_MODULES = frozenset(("eh_proj", "enorm", "hnorm", "shared_head"))
 
 
-@dataclass
-class NameScan:
+class NameScan(Struct):
     """What the tensor names say, gathered in one pass (a large MoE checkpoint has ~10^5 names)."""
 
     drafts: set = field(default_factory=set)  # draft layer labels: "mtp.0", or "layers.61" (DeepSeek layout)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 from pathlib import Path
 
 from onegpu.core.outcomes import Blocked
@@ -18,8 +18,7 @@ from onegpu.core.outcomes import Blocked
 _REVISION = re.compile(r"[0-9a-f]{40}")
 
 
-@dataclass(frozen=True)
-class CacheLayout:
+class CacheLayout(Struct, frozen=True):
     """Where links may lead: the root itself, plus the repo's blobs/ folder for a cache snapshot."""
 
     allowed: tuple[str, ...]  # real (resolved) folder paths
@@ -27,8 +26,7 @@ class CacheLayout:
     hf_revision: str | None = None
 
 
-@dataclass
-class FileListing:
+class FileListing(Struct):
     files: list[str] = field(default_factory=list)  # regular files, relative, "/"-separated
     dangling: list[str] = field(default_factory=list)  # links whose target does not exist
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 from pathlib import Path, PurePosixPath
 
 from onegpu.core import strict_json
@@ -26,8 +26,7 @@ CONTENT_ADDRESS_STATEMENT = (
     "(evidence that the bytes are what the Hub announced at download time, not a signature)")
 
 
-@dataclass(frozen=True)
-class Layout:
+class Layout(Struct, frozen=True):
     """Where the checkpoint sits: a plain folder, or a snapshot inside a Hugging Face cache repo folder."""
 
     root: Path  # the checkpoint folder as given (absolute)
@@ -71,8 +70,7 @@ def content_address(target: str | None) -> str | None:
     return match.group(1) if match else None
 
 
-@dataclass(frozen=True)
-class ContentCheck:
+class ContentCheck(Struct, frozen=True):
     matched: list[str]
     mismatched: list[str]  # "path: blob <name>, content sha256|git-sha1 <hex>"
     unaddressed: list[str]  # files with no content address in the cache
@@ -101,8 +99,7 @@ class PublisherHashesError(ValueError):
     """A publisher hash file breaks its format; the message names the file, the line and the rule."""
 
 
-@dataclass(frozen=True)
-class PublisherHashes:
+class PublisherHashes(Struct, frozen=True):
     path: str
     sha256: str  # of the hash file itself, so the receipt pins which list was used
     entries: dict[str, str]  # relative path -> lowercase sha256
@@ -191,8 +188,7 @@ def parse_publisher_hashes(raw: bytes, shown: str, sha256: str) -> PublisherHash
     return PublisherHashes(shown, sha256, entries)
 
 
-@dataclass(frozen=True)
-class PublisherCheck:
+class PublisherCheck(Struct, frozen=True):
     matched: list[str]
     mismatched: list[str]  # "path: ours <hex>, publisher <hex>"
     unlisted: list[str]  # files with no publisher hash
@@ -218,8 +214,7 @@ def _names(items: list[str], limit: int = 20) -> str:
     return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-@dataclass
-class Authentication:
+class Authentication(Struct):
     statements: list[str] = field(default_factory=list)  # what the receipt says, one line each
     failures: list[str] = field(default_factory=list)  # files whose bytes contradict a source: blocks
     details: dict = field(default_factory=dict)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 from typing import Iterator
 
 # Tensor roles the capacity table keeps apart.
@@ -12,8 +12,7 @@ ROLES = ("routed_experts", "shared_dense", "embeddings_head")
 SYNTHETIC_METADATA_KEY = "onegpu.synthetic"
 
 
-@dataclass(frozen=True, slots=True)
-class TensorInfo:
+class TensorInfo(Struct, frozen=True):
     """One tensor, as a row of TensorTable."""
 
     name: str
@@ -25,8 +24,7 @@ class TensorInfo:
     layer: int | None  # decoder layer index when the name carries one
 
 
-@dataclass(frozen=True, eq=False)
-class TensorTable:
+class TensorTable(Struct, frozen=True, eq=False):
     """Every tensor of the checkpoint, shard by shard in header order, as columns.
 
     A 1 T MoE checkpoint has ~1.4 x 10^5 tensors: as one object per tensor they were ~10^6 small objects (the rows,
@@ -93,16 +91,14 @@ class TensorTable:
                    array("q", map(groups.__getitem__, collapsed)), tuple(groups), first)
 
 
-@dataclass(frozen=True)
-class ShardFacts:
+class ShardFacts(Struct, frozen=True):
     name: str  # relative to the checkpoint root
     size_bytes: int
     header_bytes: int
     tensors: int
 
 
-@dataclass(frozen=True)
-class QuantFacts:
+class QuantFacts(Struct, frozen=True):
     method: str | None  # "fp8", "mxfp4", "modelopt" (nvfp4), "compressed-tensors"; None = unquantized
     store_dtype: str | None  # e.g. "mxfp4" for MiMo's fp8 config with mxfp4-stored experts
     recognised: bool
@@ -110,8 +106,7 @@ class QuantFacts:
     ignored_layers: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class CheckpointFacts:
+class CheckpointFacts(Struct, frozen=True):
     root: str
     hf_cache_repo: str | None  # the models--ORG--NAME folder when the checkpoint is a cache snapshot
     hf_revision: str | None  # the snapshot's 40-hex folder name
@@ -135,11 +130,10 @@ class CheckpointFacts:
 
     def summary(self) -> dict:
         """Everything but the per-tensor list and the config, for the receipt."""
-        from dataclasses import fields
-
         from onegpu.core.jsonable import to_json
 
         # Field by field: converting the ~10^5 tensor rows only to drop them would dominate a scan.
-        data = {f.name: to_json(getattr(self, f.name)) for f in fields(self) if f.name not in ("tensors", "config")}
+        data = {name: to_json(getattr(self, name)) for name in self.__struct_fields__
+                if name not in ("tensors", "config")}
         data["tensor_count"] = len(self.tensors)
         return data

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 from onegpu.checkpoint.safetensors_bulk import check_bulk
 from onegpu.checkpoint.safetensors_format import DTYPE_BITS, MAX_COUNT, MAX_HEADER_BYTES, METADATA_KEY  # noqa: F401 (re-exported)
@@ -31,8 +31,7 @@ class HeaderError(ValueError):
         super().__init__(f"{shard}: {rule}")
 
 
-@dataclass(frozen=True)
-class ShardHeader:
+class ShardHeader(Struct, frozen=True):
     """What one shard's header declares, as columns in header order (a 1 T checkpoint has ~10^5 tensors, and
     the checkpoint facts are computed column by column): names, dtypes, shapes, and start/end byte offsets
     into the data region. header_bytes is the JSON length; file_bytes the file's size."""

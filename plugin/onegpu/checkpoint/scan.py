@@ -10,7 +10,7 @@ import gc
 import os
 import shutil
 from contextlib import contextmanager
-from dataclasses import replace
+from msgspec.structs import replace
 from array import array
 from itertools import accumulate, chain, compress, repeat
 from math import prod

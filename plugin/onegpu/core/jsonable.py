@@ -1,13 +1,16 @@
-"""Dataclass <-> JSON for fact objects, so every fact written to a run folder can be read back (replay).
+"""Fact objects (msgspec Structs) <-> JSON, so every fact written to a run folder can be read back (replay).
 
-Hand-written because the standard library only goes one way (`dataclasses.asdict`); it understands the few
-shapes our facts use: nested dataclasses, `X | None`, `list[X]`, `dict[str, X]` and plain JSON values.
+Hand-written rather than msgspec's own conversion because the errors name the JSON path the way the kit's other
+input errors do, and because it understands exactly the few shapes our facts use: nested facts, `X | None`,
+`list[X]`, `dict[str, X]` and plain JSON values.
 """
 from __future__ import annotations
 
-import dataclasses
 import types
 import typing
+
+from msgspec import Struct
+from msgspec.structs import fields as struct_fields
 
 
 class FactsFormatError(ValueError):
@@ -15,9 +18,9 @@ class FactsFormatError(ValueError):
 
 
 def to_json(obj):
-    """A dataclass (or list/dict of them) as plain JSON values."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    """A fact object (or list/dict of them) as plain JSON values: nested facts too, tuples as lists."""
+    if isinstance(obj, Struct):
+        return {name: to_json(getattr(obj, name)) for name in obj.__struct_fields__}
     if isinstance(obj, (list, tuple)):
         return [to_json(v) for v in obj]
     if isinstance(obj, dict):
@@ -53,11 +56,11 @@ def _convert(tp, value, where):
         if not isinstance(value, dict):
             raise FactsFormatError(f"{where}: expected an object, got {type(value).__name__}")
         return {k: _convert(args[1], v, f"{where}.{k}") for k, v in value.items()} if args else dict(value)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and issubclass(tp, Struct):
         if not isinstance(value, dict):
             raise FactsFormatError(f"{where}: expected an object, got {type(value).__name__}")
         hints = typing.get_type_hints(tp)
-        fields = {f.name: f for f in dataclasses.fields(tp)}
+        fields = {f.name: f for f in struct_fields(tp)}
         unknown = sorted(set(value) - set(fields))
         if unknown:
             raise FactsFormatError(f"{where}: unknown field(s) {', '.join(unknown)}")
@@ -65,7 +68,7 @@ def _convert(tp, value, where):
         for name, f in fields.items():
             if name in value:
                 kwargs[name] = _convert(hints[name], value[name], f"{where}.{name}")
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            elif f.required:
                 raise FactsFormatError(f"{where}.{name}: missing")
         return tp(**kwargs)
     if tp is typing.Any:

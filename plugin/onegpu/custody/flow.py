@@ -4,7 +4,7 @@ The revision is checked before a single byte is hashed, so a wrong snapshot cost
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 from pathlib import Path
 
 from onegpu.checkpoint.hf_cache_auth import Layout, PublisherHashes, authenticate, detect_layout, revision_problem
@@ -17,8 +17,7 @@ from onegpu.core.units import gib
 REUSE_STATEMENT = "STAT-MATCHED, NOT RE-HASHED"
 
 
-@dataclass(frozen=True)
-class Reuse:
+class Reuse(Struct, frozen=True):
     """An earlier manifest the operator asked to reuse (--reuse-manifest)."""
 
     path: str
@@ -26,8 +25,7 @@ class Reuse:
     manifest: dict
 
 
-@dataclass(frozen=True)
-class CustodyRequest:
+class CustodyRequest(Struct, frozen=True):
     root: Path  # the checkpoint folder (settings.model_path)
     revision: str  # settings.model_revision
     model_id: str  # settings.model_id
@@ -39,8 +37,7 @@ class CustodyRequest:
     drop_cache: bool = True
 
 
-@dataclass
-class Custody:
+class Custody(Struct):
     layout: Layout
     manifest_path: Path
     manifest: dict

@@ -15,7 +15,7 @@ import queue
 import re
 import threading
 import time
-from dataclasses import dataclass
+from msgspec import Struct
 from pathlib import Path
 from typing import Callable
 
@@ -41,8 +41,7 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 Report = Callable[[str, bool], None]  # (progress line, final?)
 
 
-@dataclass(frozen=True)
-class FileStat:
+class FileStat(Struct, frozen=True):
     """One checkpoint file as stat() sees it (through a snapshot symlink, the blob it points to)."""
 
     path: str  # relative to the checkpoint root, '/'-separated
@@ -97,8 +96,7 @@ def default_workers(usable_cpus: float | None = None) -> int:
     return max(1, min(MAX_WORKERS, cpus))
 
 
-@dataclass(frozen=True)
-class Digest:
+class Digest(Struct, frozen=True):
     sha256: str
     git_sha1: str | None  # only for files stored under a 40-hex (git blob SHA-1) name
     changed: str | None  # why the file changed while it was read, or None

@@ -20,7 +20,7 @@ import ctypes
 import functools
 import mmap
 import os
-from dataclasses import dataclass
+from msgspec import Struct
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -134,8 +134,7 @@ def mem_available_bytes() -> int | None:
         return None
 
 
-@dataclass(frozen=True)
-class CachePlan:
+class CachePlan(Struct, frozen=True):
     """What the page cache rule decided for one hashing pass."""
 
     cached: frozenset[str]  # paths found in the page cache: hashed without dropping

@@ -13,7 +13,7 @@ separators, lines with or without a `(EngineCore pid=N)` / `(Worker pid=N)` pref
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from msgspec import Struct
 
 from onegpu.core.shown import cut
 
@@ -88,8 +88,7 @@ _GENERIC = re.compile(r"Engine core initialization failed\. See root cause above
                       r"stack trace|^RuntimeError: cancelled$")
 
 
-@dataclass(frozen=True)
-class BootFacts:
+class BootFacts(Struct, frozen=True):
     """What a boot log states; None where the log does not say (GiB, tokens, seconds)."""
 
     kv_cache_gib: float | None = None
@@ -105,8 +104,7 @@ class BootFacts:
     weights_load_s: float | None = None  # "Loading weights took": reading the checkpoint, part of load_s
 
 
-@dataclass(frozen=True)
-class Failure:
+class Failure(Struct, frozen=True):
     """Why an engine did not come up: the outcome code, and the engine's own line that says so.
 
     `quote` is the message of that line (process prefix, level and time stripped, cut to QUOTE_LIMIT

@@ -5,14 +5,13 @@ lives and keep the last value they saw. Both cgroup v1 (memory controller) and v
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
-@dataclass(frozen=True)
-class CgroupDir:
+class CgroupDir(Struct, frozen=True):
     version: int  # 1 or 2
     path: Path
 

@@ -7,8 +7,7 @@ KeyboardInterrupt, a pytest-timeout failure) still takes the container down.
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from msgspec import Struct
 import http.client
 import os
 import stat
@@ -30,6 +29,7 @@ from onegpu.evidence.receipt import now_iso
 from onegpu.evidence.rundir import write_private
 from onegpu.engine.sampler import Sampler
 from onegpu.engine.uds_http import uds_request
+from onegpu.core.jsonable import to_json
 
 STOP_TIMEOUT_S = 30  # vLLM shuts down in seconds on SIGTERM; SIGKILL after this
 POLL_S = 0.25
@@ -38,8 +38,7 @@ PROGRESS_EVERY_S = 1.0
 LOG_TAIL_LINES = 40
 
 
-@dataclass(frozen=True)
-class EngineEnd:
+class EngineEnd(Struct, frozen=True):
     """Why the engine ended (at boot or while serving): the outcome code with the engine's own words.
 
     `quote` is the engine's line that says why (None when its log states no reason: a process killed
@@ -76,7 +75,7 @@ class EngineEnd:
         return "; ".join(parts)
 
     def as_json(self) -> dict:
-        return dataclasses.asdict(self)
+        return to_json(self)
 
 
 def engine_end(failure: Failure | None, log_text: str, state: dict, oom_first: int | None, oom_last: int | None,
@@ -385,4 +384,4 @@ class Engine:
 
 
 def facts_json(boot) -> dict | None:
-    return dataclasses.asdict(boot) if boot is not None else None
+    return to_json(boot) if boot is not None else None

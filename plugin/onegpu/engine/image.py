@@ -7,7 +7,7 @@ endpoint through the docker SDK). Never pulls.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 from onegpu.core.outcomes import Blocked
 
@@ -17,8 +17,7 @@ _MISSING = ("image {reference!r} does not exist on this Docker engine; the kit n
             "locally (docker load / docker build), then scan again")
 
 
-@dataclass(frozen=True)
-class ImageFacts:
+class ImageFacts(Struct, frozen=True):
     reference: str  # as the settings name it
     id: str  # sha256:<64 hex>: the container is created from this, never from the reference
     repo_tags: list[str] = field(default_factory=list)

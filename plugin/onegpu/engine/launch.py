@@ -8,11 +8,12 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from msgspec import Struct, field
 from pathlib import PurePosixPath
 
 from onegpu.plan.capacity import GPU_UTILIZATION  # one number: what the verdicts assume is what the engine gets
 from onegpu.core.units import GIB, gib
+from onegpu.core.jsonable import to_json
 
 MODEL_MOUNT = "/model"  # a plain checkpoint folder, read-only
 MODEL_REPO_MOUNT = "/model-repo"  # a Hugging Face cache repo folder (models--ORG--NAME), read-only
@@ -82,8 +83,7 @@ LABEL_OWNER_PIDNS = "onegpu.owner_pidns"  # a PID means nothing in another PID n
 LABEL_ROLE = "onegpu.role"  # engine or probe
 
 
-@dataclass(frozen=True)
-class Owner:
+class Owner(Struct, frozen=True):
     """The process that owns a container, as precisely as a later session needs to tell if it is alive."""
 
     pid: int
@@ -94,15 +94,13 @@ class Owner:
     gid: int
 
 
-@dataclass(frozen=True)
-class BindMount:
+class BindMount(Struct, frozen=True):
     source: str  # host path
     target: str  # container path
     read_only: bool
 
 
-@dataclass(frozen=True)
-class LaunchSpec:
+class LaunchSpec(Struct, frozen=True):
     """Everything the engine container is created with; `create_kwargs()` feeds the docker SDK."""
 
     image_id: str
@@ -258,7 +256,7 @@ class LaunchSpec:
 
     def to_json(self) -> dict:
         """The spec for the receipt and plan.json, with the docker run line beside it."""
-        data = asdict(self)
+        data = to_json(self)
         if not self.gpu_uuids:  # the one-GPU protocol's launch (and its plan digest) as before the set existed
             del data["gpu_uuids"], data["protocol"]
         data["flags_used"] = self.flags_used()

@@ -4,7 +4,7 @@ remove those whose owner is dead. Containers without the kit's label are never l
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from msgspec import Struct
 from pathlib import Path
 
 from onegpu.engine.launch import (KIT_LABEL, LABEL_OWNER_HOST, LABEL_OWNER_PID, LABEL_OWNER_PIDNS, LABEL_OWNER_START,
@@ -49,8 +49,7 @@ def current_owner() -> Owner:
                  uid=os.getuid(), gid=os.getgid())
 
 
-@dataclass(frozen=True)
-class OwnerJudgement:
+class OwnerJudgement(Struct, frozen=True):
     dead: bool | None  # None: cannot be judged from here (another PID namespace): left alone
     why: str
 

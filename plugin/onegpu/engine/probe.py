@@ -5,7 +5,6 @@ It runs before the checkpoint is hashed, so a wrong image costs seconds, not an 
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import requests
@@ -14,6 +13,7 @@ from docker.errors import APIError, NotFound
 from onegpu.engine.launch import LABEL_ROLE, LaunchSpec
 from onegpu.core.outcomes import Blocked
 from onegpu.engine.probe_parse import PROBE_MARKER, ProbeFacts, judge_probe, parse_probe_output
+from onegpu.core.jsonable import to_json
 
 PROBE_TIMEOUT_S = 300  # importing vLLM and building its parser takes seconds to a minute on real images
 HELP_TIMEOUT_S = 120
@@ -117,4 +117,4 @@ def _remove(client, container, name: str) -> None:
 
 
 def facts_json(facts: ProbeFacts, elapsed_s: float) -> dict:
-    return {**dataclasses.asdict(facts), "elapsed_s": round(elapsed_s, 3)}
+    return {**to_json(facts), "elapsed_s": round(elapsed_s, 3)}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 from onegpu.core.outcomes import Blocked
 
@@ -19,8 +19,7 @@ _OPTION_LINE = re.compile(r"^ {1,8}-")
 _FLAG = re.compile(r"^(--?[A-Za-z0-9][A-Za-z0-9_.-]*)")
 
 
-@dataclass(frozen=True)
-class ProbeFacts:
+class ProbeFacts(Struct, frozen=True):
     vllm_version: str | None
     torch_version: str | None
     cuda_device_count: int | None

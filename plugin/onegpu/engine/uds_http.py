@@ -12,7 +12,7 @@ import os
 import socket
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 from typing import Iterator
 
 SUN_PATH_MAX = 107  # bytes of sockaddr_un.sun_path, less the terminating NUL
@@ -60,8 +60,7 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
-@dataclass(frozen=True)
-class UdsResponse:
+class UdsResponse(Struct, frozen=True):
     """One complete response; ttfb_s: request start to the status line's first byte; elapsed_s: to the body's end."""
 
     status: int
@@ -126,8 +125,7 @@ def uds_request(socket_path: str | os.PathLike, method: str, path: str, body: by
         conn.close()
 
 
-@dataclass
-class UdsStream:
+class UdsStream(Struct):
     """A response being read as it arrives: status and headers now, the body through `chunks()`."""
 
     status: int

@@ -9,7 +9,7 @@ message names the file and the rule.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from msgspec import Struct
 from pathlib import Path
 
 from onegpu.core import strict_json
@@ -26,8 +26,7 @@ class NotARunFolder(ValueError):
     """The path is not a run folder the kit wrote (named with what is missing or wrong)."""
 
 
-@dataclass(frozen=True)
-class RunFolder:
+class RunFolder(Struct, frozen=True):
     path: Path
     receipt: ReceiptData  # receipt.json with the journal folded in
     manifest: dict | None  # manifest.json, when custody ran

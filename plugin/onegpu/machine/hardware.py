@@ -1,9 +1,10 @@
 """Hardware facts for the session: read live from this machine, or replayed from a recorded profile."""
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 from pathlib import Path
+
+from msgspec import structs
 
 from onegpu.machine.docker_facts import read_docker_facts
 from onegpu.machine.model import SCHEMA, HardwareFacts, load_profile
@@ -24,11 +25,11 @@ def read_live(disks: list[tuple[str, Path]]) -> HardwareFacts:
 def replay(path: Path, stated_ram_gib: float | None) -> HardwareFacts:
     """Load a profile. Host RAM a profile leaves unset can be stated by the operator (--host-ram-gib)."""
     facts = load_profile(path)
-    facts = dataclasses.replace(facts, source="replayed")
+    facts = structs.replace(facts, source="replayed")
     host = facts.host
     if stated_ram_gib is not None and host.ram_total_bytes is None:
         stated = int(stated_ram_gib * GIB)
-        host = dataclasses.replace(host, ram_total_bytes=stated, ram_available_bytes=stated,
+        host = structs.replace(host, ram_total_bytes=stated, ram_available_bytes=stated,
                                    ram_stated_by_operator=True)
-        facts = dataclasses.replace(facts, host=host)
+        facts = structs.replace(facts, host=host)
     return facts

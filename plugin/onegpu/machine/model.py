@@ -5,7 +5,7 @@ in an `error` field rather than a guess.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 from pathlib import Path
 
 from onegpu.core import strict_json
@@ -14,8 +14,7 @@ from onegpu.core.jsonable import FactsFormatError, from_json, to_json
 SCHEMA = "onegpu/hardware@1"
 
 
-@dataclass(frozen=True)
-class GpuProcess:
+class GpuProcess(Struct, frozen=True):
     pid: int
     used_bytes: int | None
 
@@ -30,8 +29,7 @@ def pci_address(bus_id: str) -> tuple[int, ...] | str:
         return text
 
 
-@dataclass(frozen=True)
-class GpuDevice:
+class GpuDevice(Struct, frozen=True):
     index: int
     name: str
     uuid: str
@@ -50,8 +48,7 @@ class GpuDevice:
     bar1_total_bytes: int | None = None  # the PCIe BAR1 window; as large as the memory = resizable BAR on
 
 
-@dataclass(frozen=True)
-class GpuLink:
+class GpuLink(Struct, frozen=True):
     """What lies between two cards of this machine, as NVML reports it; None = not reported."""
     a: int  # device indexes, a < b
     b: int
@@ -61,8 +58,7 @@ class GpuLink:
     nvlinks: int | None  # active NVLink links from a that end at b itself (not at an NVSwitch); 0 without NVLink
 
 
-@dataclass(frozen=True)
-class GpuFacts:
+class GpuFacts(Struct, frozen=True):
     nvml_loaded: bool
     error: str | None
     driver_version: str | None
@@ -75,8 +71,7 @@ class GpuFacts:
         return next((link for link in self.links if {link.a, link.b} == {a, b}), None)
 
 
-@dataclass(frozen=True)
-class CgroupFacts:
+class CgroupFacts(Struct, frozen=True):
     version: int | None  # 1, 2, or None when no cgroup filesystem is mounted
     path: str | None  # the kit process's own cgroup, e.g. /user.slice/session-3.scope
     memory_limit_bytes: int | None  # the tightest limit on the path up to the root; None = unlimited
@@ -85,16 +80,14 @@ class CgroupFacts:
     cpu_quota_cpus: float | None  # cpu quota / period; None = unlimited
 
 
-@dataclass(frozen=True)
-class DiskFacts:
+class DiskFacts(Struct, frozen=True):
     label: str  # "run folder", "checkpoint"
     path: str
     free_bytes: int
     total_bytes: int
 
 
-@dataclass(frozen=True)
-class IommuFacts:
+class IommuFacts(Struct, frozen=True):
     """The IOMMU, a precondition of fast PCIe peer-to-peer traffic: one that translates DMA degrades or breaks it."""
     active: bool | None  # an IOMMU is registered under /sys/class/iommu; None: /sys/class not readable
     groups: int | None  # entries of /sys/kernel/iommu_groups; None: the folder is absent
@@ -102,8 +95,7 @@ class IommuFacts:
     cmdline: list[str] | None  # the kernel command line's IOMMU words; None: /proc/cmdline not readable
 
 
-@dataclass(frozen=True)
-class HostFacts:
+class HostFacts(Struct, frozen=True):
     hostname: str | None
     kernel: str | None
     ram_total_bytes: int | None  # None: unknown (a profile may leave it for the operator to state)
@@ -122,8 +114,7 @@ class HostFacts:
     iommu: IommuFacts | None = None  # None: not read (profiles and run folders written before it was)
 
 
-@dataclass(frozen=True)
-class DockerFacts:
+class DockerFacts(Struct, frozen=True):
     reachable: bool
     error: str | None
     endpoint: str  # where the SDK connects, e.g. unix:///var/run/docker.sock
@@ -146,8 +137,7 @@ class DockerFacts:
         return self.reachable and (self.nvidia_runtime or self.nvidia_hook or bool(self.cdi_gpu_devices))
 
 
-@dataclass(frozen=True)
-class HardwareFacts:
+class HardwareFacts(Struct, frozen=True):
     schema: str
     source: str  # "live", "replayed", or "composed" (a shipped profile assembled from public outputs)
     recorded_at: str

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-from dataclasses import asdict, dataclass, field
+from msgspec import Struct, field
 from typing import cast
 
 from onegpu.core.units import GIB, MIB, gib
 from onegpu.evidence.receipt_schema import ReceiptData
+from onegpu.core.jsonable import to_json
 
 RECEIPT_SCHEMA = "onegpu/receipt@1"
 DEFAULT_UTILIZATION = 0.85  # the kit's fixed --gpu-memory-utilization, used when the run's argv does not say
@@ -28,8 +29,7 @@ class CalibrationError(ValueError):
     """A run folder that cannot calibrate this plan; the message names the rule it breaks."""
 
 
-@dataclass(frozen=True)
-class RunBasis:
+class RunBasis(Struct, frozen=True):
     """What an earlier run folder establishes: its identity and its measurements (bytes, tokens)."""
 
     run_id: str
@@ -56,8 +56,7 @@ class RunBasis:
     model_revision: str | None = None
 
 
-@dataclass(frozen=True)
-class CurrentBasis:
+class CurrentBasis(Struct, frozen=True):
     """The same identity, read now from the settings (or proposal request), the checkpoint and the image."""
 
     checkpoint_root: str
@@ -74,8 +73,7 @@ class CurrentBasis:
     model_revision: str | None = None
 
 
-@dataclass(frozen=True)
-class Calibration:
+class Calibration(Struct, frozen=True):
     """The measured non-weight reserve and how it was derived; `reserve_bytes` replaces the assumed reserve."""
 
     run_id: str
@@ -90,7 +88,7 @@ class Calibration:
     gpu_name: str | None
 
     def as_json(self) -> dict:
-        return asdict(self)
+        return to_json(self)
 
 
 def _get(data, *path, default=None):

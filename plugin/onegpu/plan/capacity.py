@@ -7,7 +7,7 @@ name the vLLM file and function of each): the host verdicts count the bytes vLLM
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 from itertools import compress
 
 from onegpu.checkpoint.model import CheckpointFacts
@@ -41,8 +41,7 @@ UNCONFIRMED = ("UNCONFIRMED: exact pinning is read from vLLM's source, not yet m
                "(container memory at READY) confirms it")
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(Struct, frozen=True):
     """One capacity check: OK (no definite failure), BLOCKED (code) or UNKNOWN (reason), with its numbers."""
 
     check: str

@@ -17,11 +17,10 @@ supported_kv_cache_dtypes; flash_attn_diffkv.py likewise).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 
-@dataclass(frozen=True)
-class KvDtype:
+class KvDtype(Struct, frozen=True):
     name: str
     element_bytes: int | None  # None: "auto", the model's own dtype
     refused_below: str | None  # vLLM versions below this refuse it (None: none known to)

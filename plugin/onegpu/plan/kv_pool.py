@@ -20,7 +20,7 @@ The rules (vLLM 0.33; the same functions in 0.34 and in the 0.32 CPU build the k
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from msgspec import Struct
 
 ACCOUNTING = "vLLM 0.33 accounting"
 _U = "vllm/v1/core/kv_cache_utils.py (kv_cache_planning.py in 0.33 and 0.34)"
@@ -52,8 +52,7 @@ def kv_rules_json() -> list[dict]:
     return [{"rule": key, "text": text, "sources": list(sources)} for key, text, sources in KV_RULES]
 
 
-@dataclass(frozen=True)
-class LayerSpec:
+class LayerSpec(Struct, frozen=True):
     """One attention layer's cache, as its Attention layer describes it to vLLM."""
 
     kind: str  # full_attention | sliding_attention | mla
@@ -66,8 +65,7 @@ class LayerSpec:
         return ("window", self.window) if self.kind == "sliding_attention" else ("full",)
 
 
-@dataclass(frozen=True)
-class PoolGroup:
+class PoolGroup(Struct, frozen=True):
     """The KV cache groups of one layer spec."""
 
     kind: str
@@ -87,8 +85,7 @@ class PoolGroup:
         return (self.layers + self.padded_layers) * self.page_bytes * self.blocks_per_request
 
 
-@dataclass(frozen=True)
-class KvPool:
+class KvPool(Struct, frozen=True):
     """vLLM's pool arithmetic for the configured context, prefill chunk and scheduling."""
 
     groups: list[PoolGroup]

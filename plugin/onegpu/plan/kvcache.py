@@ -9,7 +9,7 @@ UNKNOWN estimate with its reason, never a guess.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from onegpu.plan.kv_dtypes import KV_DTYPES
 from onegpu.plan.kv_pool import ACCOUNTING, KvPool, LayerSpec, kv_pool
@@ -37,8 +37,7 @@ _LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding", "linea
                 "mamba": "mamba2"}
 
 
-@dataclass(frozen=True)
-class KvLayerRow:
+class KvLayerRow(Struct, frozen=True):
     """One kind of layer and what it holds for one sequence."""
 
     kind: str  # full_attention | sliding_attention | mla | linear_attention | mamba
@@ -55,8 +54,7 @@ class KvLayerRow:
     block_tokens: int = 0  # tokens per block after vLLM unified the page sizes
 
 
-@dataclass(frozen=True)
-class KvEstimate:
+class KvEstimate(Struct, frozen=True):
     """KV cache bytes for the configured context and one sequence; bytes None means UNKNOWN (see reason)."""
 
     bytes: int | None  # the smallest pool the engine accepts: one request's blocks plus the null block

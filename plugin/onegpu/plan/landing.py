@@ -14,14 +14,15 @@ a lower bound. With exact pinning that comparison is what confirms the plan's fi
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from msgspec import Struct
+from msgspec.structs import replace
 
 from onegpu.core.units import GIB, gib
+from onegpu.core.jsonable import to_json
 
 
 
-@dataclass(frozen=True)
-class Projection:
+class Projection(Struct, frozen=True):
     """What the plan's numbers predict for the landing (bytes, tokens); None where the plan does not say."""
 
     weights_gpu_bytes: int | None
@@ -177,7 +178,7 @@ def landing_record(projection: Projection, boot: dict | None, sample: dict | Non
                          "host_available_bytes": host,
                          "container_memory_bytes": (sample or {}).get("container_memory_bytes"),
                          "gpu_not_measured": gpu_why, **gpu},
-            "projected": asdict(projection), "errors": errors, "floor": floor, "warnings": warnings,
+            "projected": to_json(projection), "errors": errors, "floor": floor, "warnings": warnings,
             "at_ready": sample}
 
 

@@ -12,7 +12,7 @@ loading depends on the kernel vLLM picks on the card at load (RULES["repack"]).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 from typing import Iterable
 
 from onegpu.checkpoint.model import CheckpointFacts, TensorInfo
@@ -22,8 +22,7 @@ from onegpu.core.units import gib
 PINNINGS = ("rounded", "exact")
 
 
-@dataclass(frozen=True)
-class EngineParam:
+class EngineParam(Struct, frozen=True):
     """One parameter as vLLM's offloader sees it."""
 
     name: str  # engine name, e.g. model.layers.3.mlp.experts.routed_experts.w13_weight
@@ -165,8 +164,7 @@ def _local_in_tower(name: str, tower_parts) -> str:
     return ".".join(parts[start:])
 
 
-@dataclass(frozen=True)
-class Layout:
+class Layout(Struct, frozen=True):
     """The checkpoint's tensors as the engine holds them, in the offloader's order."""
 
     towers: dict[str, list[EngineParam]]  # "vision tower" / "audio tower" -> parameters in order
@@ -254,8 +252,7 @@ def engine_layout(ckpt: CheckpointFacts) -> Layout:
 
 # ---- the offload itself -------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class OffloadPlan:
+class OffloadPlan(Struct, frozen=True):
     budget_bytes: int
     pinning: str  # "rounded" | "exact"
     language_model_only: bool

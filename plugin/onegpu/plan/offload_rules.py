@@ -2,13 +2,12 @@
 the plan cites them, and the receipt and report carry them beside the KV rules."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from onegpu.plan.kv_pool import ACCOUNTING, kv_rules_json
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(Struct, frozen=True):
     key: str
     text: str
     sources: tuple[str, ...]  # vLLM file:function (paths under vllm/ of the 0.33.0 wheel) or the named library

@@ -11,7 +11,8 @@ plan does not (at most 63 rows of each).
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, replace
+from msgspec import Struct
+from msgspec.structs import replace
 
 from onegpu.checkpoint.model import CheckpointFacts
 from onegpu.core.units import gib
@@ -46,8 +47,7 @@ def rank_plans(ckpt: CheckpointFacts, tp: int, pp: int, budget_bytes: int, pinni
 _SPEC_KIND = {"full_attention": "full", "sliding_attention": "sliding", "mla": "mla"}
 
 
-@dataclass(frozen=True)
-class RankKv:
+class RankKv(Struct, frozen=True):
     """One rank's KV pool for one request; bytes None means UNKNOWN (see reason)."""
 
     bytes: int | None
@@ -128,8 +128,7 @@ def _rank_estimate(kv: KvEstimate, share: RankKv) -> KvEstimate:
 
 # ---- everything one rank needs -----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class RankFacts:
+class RankFacts(Struct, frozen=True):
     place: RankPlace
     gpu: GpuDevice | None
     layout: RankLayout

@@ -11,7 +11,7 @@ beside the proposal as alternatives: choices to measure, never results.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 from types import SimpleNamespace
 
 from onegpu.core import strict_json
@@ -38,8 +38,7 @@ _OPTIONAL = ("prefill_chunk_tokens", "kv_cache_dtype", "gpu_reserve_gib", "free_
 _BUDGETS = ("cpu_offload_gib", "container_ram_gib", "host_headroom_gib")
 
 
-@dataclass(frozen=True)
-class ProposalRequest:
+class ProposalRequest(Struct, frozen=True):
     path: str
     sha256: str
     model_id: str
@@ -101,8 +100,7 @@ def load_request(raw: bytes, path: str, sha256: str) -> ProposalRequest:
     return parse_request(data, path, sha256)
 
 
-@dataclass
-class Proposal:
+class Proposal(Struct):
     proposed: bool  # False: no budget can work (blockers) or the facts do not allow a number (unknown)
     settings: dict | None
     alternatives: list[dict]  # exact pinning, selective expert offload: choices to measure beside the proposal

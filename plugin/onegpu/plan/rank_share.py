@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import sys
 from array import array
-from dataclasses import dataclass, replace
+from msgspec import Struct
+from msgspec.structs import replace
 from math import prod
 
 from onegpu.checkpoint.model import ROLES, CheckpointFacts, TensorInfo, TensorTable
@@ -26,8 +27,7 @@ VOCAB_PADDING = 64  # vocab_parallel_embedding.py:DEFAULT_VOCAB_PADDING_SIZE
 
 # ---- where a rank sits ------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class RankPlace:
+class RankPlace(Struct, frozen=True):
     rank: int
     tp_rank: int
     pp_stage: int
@@ -79,8 +79,7 @@ def rank_place(rank: int, tp: int, pp: int, num_layers: int | None,
 
 # ---- each tensor's share on a rank ------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Share:
+class Share(Struct, frozen=True):
     """A rank holds ceil(bytes x num / den) of a tensor, by the named rule."""
 
     num: int
@@ -106,8 +105,7 @@ _HEAD_PARTS = (".lm_head.", ".embed_out.", ".output.")
 _PACKED = frozenset(("U8", "I8"))
 
 
-@dataclass(frozen=True)
-class SplitModel:
+class SplitModel(Struct, frozen=True):
     """What the shares read from config.json: the TP size, layer kinds and attention shapes."""
 
     cfg: dict
@@ -212,8 +210,7 @@ def tensor_share(t: TensorInfo, model: SplitModel) -> Share:
 
 # ---- a rank's view of the checkpoint -----------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class RankLayout:
+class RankLayout(Struct, frozen=True):
     """One rank's parameters: the checkpoint as that rank holds it, and the engine layout of that view."""
 
     place: RankPlace

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 from pathlib import Path
 
 from onegpu.core import strict_json
@@ -65,8 +65,7 @@ FIELD_NCCL_ENV = {
 }
 
 
-@dataclass(frozen=True)
-class MultiGpu:
+class MultiGpu(Struct, frozen=True):
     """The declared multi-GPU protocol: rank r runs on gpus[r] (rank = PP stage x TP + TP rank, as vLLM
     assigns devices)."""
 
@@ -93,8 +92,7 @@ class SettingsError(ValueError):
         super().__init__(f"{path}: " + "; ".join(errors))
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(Struct, frozen=True):
     source_schema: str
     path: str
     sha256: str

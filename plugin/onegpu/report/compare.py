@@ -7,7 +7,7 @@ request counts. The command is `python -m onegpu.report.compare RUN_A RUN_B` (on
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 from typing import Mapping
 
 from onegpu.report.parts import multi_gpu_protocol
@@ -25,8 +25,7 @@ COUNTS = ("expected", "received", "answered_2xx", "missing", "length_limited", "
 LISTED = 20  # file names listed per kind of manifest difference
 
 
-@dataclass(frozen=True)
-class RunEvidence:
+class RunEvidence(Struct, frozen=True):
     """What compare needs from one run folder (read by onegpu.report.compare_cli)."""
 
     label: str  # how the lines name the folder (its path)

@@ -17,7 +17,7 @@ import json
 import os
 import time
 import uuid
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 from pathlib import Path
 from typing import Callable, Iterable, Protocol as TypingProtocol
 
@@ -51,8 +51,7 @@ class BatchRecordError(Exception):
     """A record file holds a complete line that is not JSON: something other than the kit changed it."""
 
 
-@dataclass(frozen=True)
-class BatchFiles:
+class BatchFiles(Struct, frozen=True):
     """The three record files of one request run."""
 
     responses: Path
@@ -67,8 +66,7 @@ class BatchFiles:
         return self.responses, self.errors, self.timings
 
 
-@dataclass
-class Recorded:
+class Recorded(Struct):
     """What the record files held when a run (or a resumed run) began."""
 
     responses: list[dict]
@@ -81,8 +79,7 @@ class Recorded:
         return {r["custom_id"] for r in self.responses if r.get("custom_id") is not None}
 
 
-@dataclass
-class RunResult:
+class RunResult(Struct):
     """What one session's run did."""
 
     sent: int = 0

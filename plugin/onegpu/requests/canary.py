@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import asdict, dataclass
+from msgspec import Struct
 from pathlib import Path
 
 from onegpu.requests.requests_file import CHAT_URL
 from onegpu.core.units import MIB
+from onegpu.core.jsonable import to_json
 
 TEMPLATE_PATH = Path(__file__).with_name("data") / "default-canary.template.jsonl"
 MODEL_PLACEHOLDER = b'"@@SERVED_MODEL_ID@@"'
@@ -49,8 +50,7 @@ def fill_template(template: bytes, model_id: str) -> bytes:
     return template.replace(MODEL_PLACEHOLDER, json.dumps(model_id).encode())
 
 
-@dataclass(frozen=True)
-class Needle:
+class Needle(Struct, frozen=True):
     """Where the fact was planted and what it is."""
 
     seed: int
@@ -66,7 +66,7 @@ class Needle:
         return self.total_chars // CHARS_PER_TOKEN
 
     def as_json(self) -> dict:
-        return {**asdict(self), "approx_tokens": self.approx_tokens, "label": LABEL}
+        return {**to_json(self), "approx_tokens": self.approx_tokens, "label": LABEL}
 
 
 def _filler(rng: random.Random, n_chars: int) -> str:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import asdict, dataclass
+from msgspec import Struct
 from pathlib import Path
 
 from onegpu.core import strict_json
 from onegpu.core.shown import as_json as _show
+from onegpu.core.jsonable import to_json
 
 OWN_SCHEMA = "onegpu/protocol@1"
 LEGACY_SCHEMA = "axm/frozen-benchmark-requests@1"
@@ -39,8 +40,7 @@ _LEGACY_FIELDS = ("benchmark_id", "harness_revision", "dataset_revision", "score
                   "timing_policy", "context", "requests_sha256")
 
 
-@dataclass(frozen=True)
-class Protocol:
+class Protocol(Struct, frozen=True):
     """A bound protocol. Fields the earlier schema folds into one string are None there (see *_revision)."""
 
     source_schema: str
@@ -62,7 +62,7 @@ class Protocol:
     requests_sha256: str
 
     def as_json(self) -> dict:
-        return asdict(self)
+        return to_json(self)
 
 
 class ProtocolError(ValueError):

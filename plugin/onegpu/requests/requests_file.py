@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from msgspec import Struct
 from pathlib import Path
 from typing import Callable
 
@@ -33,8 +33,7 @@ _scanstring: Callable[[str, int], tuple[str, int]] = getattr(json.decoder, "scan
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-@dataclass(frozen=True)
-class RequestLine:
+class RequestLine(Struct, frozen=True):
     """One request: its line number, id, endpoint and the exact bytes of its body in the file."""
 
     line: int
@@ -43,8 +42,7 @@ class RequestLine:
     body: bytes  # sent byte-for-byte; never re-serialised
 
 
-@dataclass(frozen=True)
-class RequestFile:
+class RequestFile(Struct, frozen=True):
     """A validated request file: its SHA-256 over the exact bytes, and its requests in file order."""
 
     path: str

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from msgspec import Struct
 
 from onegpu.serve import http_rules as rules
 from onegpu.serve.client import ClientConnection
@@ -18,8 +18,7 @@ from onegpu.serve.upstream import EnginePool
 from onegpu.serve.transport_log import TransportLog
 
 
-@dataclass(frozen=True)
-class AdapterLimits:
+class AdapterLimits(Struct, frozen=True):
     """Timeouts (s) and caps of the adapter; the defaults are the kit's."""
 
     max_outstanding: int = rules.MAX_OUTSTANDING

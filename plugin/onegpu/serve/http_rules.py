@@ -9,7 +9,7 @@ from __future__ import annotations
 import hmac
 import json
 from http import HTTPStatus
-from dataclasses import dataclass
+from msgspec import Struct
 
 from onegpu.core.units import MIB
 
@@ -33,8 +33,7 @@ CONSUMED = frozenset({b"authorization", b"host", b"content-length", b"expect"})
 Headers = list[tuple[bytes, bytes]]
 
 
-@dataclass(frozen=True)
-class Reject:
+class Reject(Struct, frozen=True):
     """An answer the adapter gives itself, without reaching the engine."""
 
     status: int

@@ -9,7 +9,7 @@ import datetime as _dt
 import http.client
 import secrets
 import time
-from dataclasses import dataclass
+from msgspec import Struct
 from pathlib import Path
 from typing import Callable
 
@@ -111,8 +111,7 @@ class WindowNotReady(RuntimeError):
         self.reason, self.engine_state = reason, engine_state
 
 
-@dataclass
-class WindowClosed:
+class WindowClosed(Struct):
     """How the window ended: its reason, how long it was READY (s), calls cut, the transport sums."""
 
     reason: str

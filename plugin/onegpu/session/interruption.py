@@ -7,7 +7,7 @@ cut phase says how far it got, so no interrupted phase ever reads PASSED.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 from pathlib import Path
 
 from onegpu.requests.batch import BATCH_STEM
@@ -20,8 +20,7 @@ BY_WORDS = {"SIGINT": "Ctrl-C (SIGINT)", "SIGTERM": "SIGTERM", "timeout_backstop
 COUNTED = ("canary", "batch")
 
 
-@dataclass(frozen=True)
-class Cut:
+class Cut(Struct, frozen=True):
     """What cut the session and where: `by` is a key of BY_WORDS; nodeid/phase of the test it cut (None when
     it came between tests)."""
 

@@ -1,7 +1,7 @@
 """What one kit session carries between hooks and fixtures (kept in pytest's stash, never a global)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 from pathlib import Path
 
 import pytest
@@ -11,8 +11,7 @@ from onegpu.core.outcomes import PHASES
 from onegpu.evidence.receipt import Receipt
 
 
-@dataclass
-class KitSession:
+class KitSession(Struct):
     """State of the session: the run folder (None until kit tests are selected) and what was shown."""
 
     options: dict
