@@ -118,7 +118,6 @@ def test_the_kits_probe_finds_every_launch_flag_in_the_real_vllm(docker_client, 
     """The runtime probe against the real engine, for a launch with every conditional flag: a checkpoint with a
     vision and an audio tower (--language-model-only) and `--generation-config vllm`, both read from vLLM 0.32.0's
     own `vllm serve --help=all`."""
-    
     from onegpu.engine.probe import run_probe
     from tests_offline.engine_helpers import make_spec
 
