@@ -48,9 +48,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from msgspec import structs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from msgspec import structs
 
 from benchmarks.bench_adapter import (added_ms, adapter_process, command_line, interleaved,  # noqa: E402
                                       machine_cpu_ticks, machine_line, markdown as latency_table, stats)

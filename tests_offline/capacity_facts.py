@@ -1,7 +1,8 @@
 """Plain facts for the capacity tests: a small Llama config, checkpoint facts from a tensor table, settings, a GPU
 and a host, as the capacity, plan, proposal and landing tests build them."""
-from msgspec.structs import fields
 from types import SimpleNamespace
+
+from msgspec.structs import fields
 
 from onegpu.checkpoint.model import CheckpointFacts, QuantFacts, TensorInfo, TensorTable
 from onegpu.machine.model import CgroupFacts, GpuDevice, HostFacts

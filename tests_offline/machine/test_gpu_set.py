@@ -3,7 +3,6 @@ cards, the pairs between them, and the host's peer-to-peer preconditions. Pure f
 NVML reads that produce these facts are tested in test_nvml_facts.py."""
 from __future__ import annotations
 
-
 import pytest
 from msgspec import structs
 

@@ -1,8 +1,8 @@
 """Capacity per rank of a TP x PP protocol, on synthetic checkpoints: each expected byte count is worked out here
 from the tensors the test puts in the checkpoint and the vLLM rule it names, never from the code under test."""
-from msgspec.structs import replace
 
 import pytest
+from msgspec.structs import replace
 
 from devkit.synth import moe_tensors, nbytes
 from onegpu.checkpoint.model import TensorInfo

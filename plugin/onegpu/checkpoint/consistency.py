@@ -12,9 +12,9 @@ from __future__ import annotations
 import bisect
 import fnmatch
 import re
-from msgspec import Struct, field
 
 from packaging.version import InvalidVersion, Version
+from msgspec import Struct, field
 
 from onegpu.plan.kv_dtypes import KV_DTYPES
 from onegpu.checkpoint.tensor_roles import collapse_experts

@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from msgspec import Struct, field
 from pathlib import Path
+
+from msgspec import Struct, field
 
 from onegpu.core.outcomes import Blocked
 

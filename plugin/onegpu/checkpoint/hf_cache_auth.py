@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import re
-from msgspec import Struct, field
 from pathlib import Path, PurePosixPath
+
+from msgspec import Struct, field
 
 from onegpu.core import strict_json
 from onegpu.checkpoint.files import cache_layout

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from array import array
-from msgspec import Struct, field
 from typing import Iterator
+
+from msgspec import Struct, field
 
 # Tensor roles the capacity table keeps apart.
 ROLES = ("routed_experts", "shared_dense", "embeddings_head")

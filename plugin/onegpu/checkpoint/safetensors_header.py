@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
+
 from msgspec import Struct, field
 
 from onegpu.checkpoint.safetensors_bulk import check_bulk

@@ -10,12 +10,13 @@ import gc
 import os
 import shutil
 from contextlib import contextmanager
-from msgspec.structs import replace
 from array import array
 from itertools import accumulate, chain, compress, repeat
 from math import prod
 from operator import not_, sub
 from pathlib import Path
+
+from msgspec.structs import replace
 
 from onegpu.checkpoint.files import cache_layout, list_files, normal_name, shard_name_problem
 from onegpu.checkpoint.model import ROLES, SYNTHETIC_METADATA_KEY, CheckpointFacts, ShardFacts, TensorTable

@@ -4,8 +4,9 @@ The revision is checked before a single byte is hashed, so a wrong snapshot cost
 """
 from __future__ import annotations
 
-from msgspec import Struct
 from pathlib import Path
+
+from msgspec import Struct
 
 from onegpu.checkpoint.hf_cache_auth import Layout, PublisherHashes, authenticate, detect_layout, revision_problem
 from onegpu.custody.manifest import (Digest, Report, build_manifest, buffer_bytes_for, git_sha1_wanted, hash_files,

@@ -15,9 +15,10 @@ import queue
 import re
 import threading
 import time
-from msgspec import Struct
 from pathlib import Path
 from typing import Callable
+
+from msgspec import Struct
 
 from onegpu.core import strict_json
 from onegpu.checkpoint.files import cache_layout, list_files

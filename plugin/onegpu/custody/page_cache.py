@@ -20,9 +20,10 @@ import ctypes
 import functools
 import mmap
 import os
-from msgspec import Struct
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
+
+from msgspec import Struct
 
 from onegpu.core.units import GIB, gib
 from onegpu.machine.host import parse_meminfo

@@ -13,6 +13,7 @@ separators, lines with or without a `(EngineCore pid=N)` / `(Worker pid=N)` pref
 from __future__ import annotations
 
 import re
+
 from msgspec import Struct
 
 from onegpu.core.shown import cut

@@ -5,8 +5,9 @@ lives and keep the last value they saw. Both cgroup v1 (memory controller) and v
 """
 from __future__ import annotations
 
-from msgspec import Struct
 from pathlib import Path
+
+from msgspec import Struct
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 

@@ -7,7 +7,6 @@ KeyboardInterrupt, a pytest-timeout failure) still takes the container down.
 """
 from __future__ import annotations
 
-from msgspec import Struct
 import http.client
 import os
 import stat
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from msgspec import Struct
 
 from onegpu.engine.bootlog import BootFacts, Failure, death_in_log, explain_failure, parse_boot_log
 from onegpu.engine.watch import LogPump, OomWatch, last_line

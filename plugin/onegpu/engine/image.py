@@ -7,6 +7,7 @@ endpoint through the docker SDK). Never pulls.
 from __future__ import annotations
 
 import re
+
 from msgspec import Struct, field
 
 from onegpu.core.outcomes import Blocked

@@ -8,8 +8,9 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Sequence
-from msgspec import Struct, field
 from pathlib import PurePosixPath
+
+from msgspec import Struct, field
 
 from onegpu.plan.capacity import GPU_UTILIZATION  # one number: what the verdicts assume is what the engine gets
 from onegpu.core.units import GIB, gib

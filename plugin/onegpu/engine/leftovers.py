@@ -4,8 +4,9 @@ remove those whose owner is dead. Containers without the kit's label are never l
 from __future__ import annotations
 
 import os
-from msgspec import Struct
 from pathlib import Path
+
+from msgspec import Struct
 
 from onegpu.engine.launch import (KIT_LABEL, LABEL_OWNER_HOST, LABEL_OWNER_PID, LABEL_OWNER_PIDNS, LABEL_OWNER_START,
                      LABEL_ROLE, LABEL_RUN_ID, Owner)

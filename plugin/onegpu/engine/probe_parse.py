@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+
 from msgspec import Struct, field
 
 from onegpu.core.outcomes import Blocked

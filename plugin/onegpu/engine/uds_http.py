@@ -12,8 +12,9 @@ import os
 import socket
 import time
 from contextlib import contextmanager
-from msgspec import Struct, field
 from typing import Iterator
+
+from msgspec import Struct, field
 
 SUN_PATH_MAX = 107  # bytes of sockaddr_un.sun_path, less the terminating NUL
 DEFAULT_TIMEOUT_S = 30.0

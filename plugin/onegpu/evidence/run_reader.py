@@ -9,8 +9,9 @@ message names the file and the rule.
 from __future__ import annotations
 
 import json
-from msgspec import Struct
 from pathlib import Path
+
+from msgspec import Struct
 
 from onegpu.core import strict_json
 from onegpu.core.jsonable import to_json

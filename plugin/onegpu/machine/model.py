@@ -5,8 +5,9 @@ in an `error` field rather than a guess.
 """
 from __future__ import annotations
 
-from msgspec import Struct, field
 from pathlib import Path
+
+from msgspec import Struct, field
 
 from onegpu.core import strict_json
 from onegpu.core.jsonable import FactsFormatError, from_json, to_json

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-from msgspec import Struct, field
 from typing import cast
+
+from msgspec import Struct, field
 
 from onegpu.core.units import GIB, MIB, gib
 from onegpu.evidence.receipt_schema import ReceiptData

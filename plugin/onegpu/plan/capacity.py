@@ -7,8 +7,9 @@ name the vLLM file and function of each): the host verdicts count the bytes vLLM
 """
 from __future__ import annotations
 
-from msgspec import Struct, field
 from itertools import compress
+
+from msgspec import Struct, field
 
 from onegpu.checkpoint.model import CheckpointFacts
 from onegpu.machine.model import GpuDevice, HostFacts

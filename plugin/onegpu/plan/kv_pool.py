@@ -20,6 +20,7 @@ The rules (vLLM 0.33; the same functions in 0.34 and in the 0.32 CPU build the k
 from __future__ import annotations
 
 import math
+
 from msgspec import Struct
 
 ACCOUNTING = "vLLM 0.33 accounting"

@@ -12,8 +12,9 @@ loading depends on the kernel vLLM picks on the card at load (RULES["repack"]).
 from __future__ import annotations
 
 import re
-from msgspec import Struct, field
 from typing import Iterable
+
+from msgspec import Struct, field
 
 from onegpu.checkpoint.model import CheckpointFacts, TensorInfo
 from onegpu.checkpoint.consistency import _AUDIO_PARTS, _DRAFT_MODULES, _VISION_PARTS

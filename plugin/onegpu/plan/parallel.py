@@ -11,6 +11,7 @@ plan does not (at most 63 rows of each).
 from __future__ import annotations
 
 import sys
+
 from msgspec import Struct
 from msgspec.structs import replace
 

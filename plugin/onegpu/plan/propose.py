@@ -11,8 +11,9 @@ beside the proposal as alternatives: choices to measure, never results.
 from __future__ import annotations
 
 import math
-from msgspec import Struct, field
 from types import SimpleNamespace
+
+from msgspec import Struct, field
 
 from onegpu.core import strict_json
 from onegpu.core.shown import as_json

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import sys
 from array import array
+from math import prod
+
 from msgspec import Struct
 from msgspec.structs import replace
-from math import prod
 
 from onegpu.checkpoint.model import ROLES, CheckpointFacts, TensorInfo, TensorTable
 from onegpu.checkpoint.tensor_roles import EMBEDDINGS_HEAD

@@ -8,8 +8,9 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from msgspec import Struct, field
 from pathlib import Path
+
+from msgspec import Struct, field
 
 from onegpu.core import strict_json
 from onegpu.core.jsonable import to_json

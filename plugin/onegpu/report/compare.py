@@ -7,8 +7,9 @@ request counts. The command is `python -m onegpu.report.compare RUN_A RUN_B` (on
 from __future__ import annotations
 
 import hashlib
-from msgspec import Struct, field
 from typing import Mapping
+
+from msgspec import Struct, field
 
 from onegpu.report.parts import multi_gpu_protocol
 from onegpu.core.units import gib

@@ -17,9 +17,10 @@ import json
 import os
 import time
 import uuid
-from msgspec import Struct, field
 from pathlib import Path
 from typing import Callable, Iterable, Protocol as TypingProtocol
+
+from msgspec import Struct, field
 
 from onegpu.core import strict_json
 from onegpu.evidence.receipt import now_iso

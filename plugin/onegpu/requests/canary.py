@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import random
-from msgspec import Struct
 from pathlib import Path
+
+from msgspec import Struct
 
 from onegpu.requests.requests_file import CHAT_URL
 from onegpu.core.units import MIB

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from msgspec import Struct
 from pathlib import Path
+
+from msgspec import Struct
 
 from onegpu.core import strict_json
 from onegpu.core.shown import as_json as _show

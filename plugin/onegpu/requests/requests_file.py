@@ -8,9 +8,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from msgspec import Struct
 from pathlib import Path
 from typing import Callable
+
+from msgspec import Struct
 
 from onegpu.core import strict_json
 from onegpu.core.shown import as_json as _show

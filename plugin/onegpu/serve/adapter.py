@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+
 from msgspec import Struct
 
 from onegpu.serve import http_rules as rules

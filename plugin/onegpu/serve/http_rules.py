@@ -9,6 +9,7 @@ from __future__ import annotations
 import hmac
 import json
 from http import HTTPStatus
+
 from msgspec import Struct
 
 from onegpu.core.units import MIB

@@ -9,9 +9,10 @@ import datetime as _dt
 import http.client
 import secrets
 import time
-from msgspec import Struct
 from pathlib import Path
 from typing import Callable
+
+from msgspec import Struct
 
 from onegpu.serve.http_rules import FORWARDED, MAX_BODY_BYTES, MAX_OUTSTANDING
 from onegpu.requests.batch import explain_death

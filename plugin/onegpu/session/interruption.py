@@ -7,8 +7,9 @@ cut phase says how far it got, so no interrupted phase ever reads PASSED.
 """
 from __future__ import annotations
 
-from msgspec import Struct
 from pathlib import Path
+
+from msgspec import Struct
 
 from onegpu.requests.batch import BATCH_STEM
 from onegpu.evidence.receipt_schema import ReceiptData

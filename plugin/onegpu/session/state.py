@@ -1,10 +1,10 @@
 """What one kit session carries between hooks and fixtures (kept in pytest's stash, never a global)."""
 from __future__ import annotations
 
-from msgspec import Struct, field
 from pathlib import Path
 
 import pytest
+from msgspec import Struct, field
 
 from onegpu.session.interruption import Cut
 from onegpu.core.outcomes import PHASES
