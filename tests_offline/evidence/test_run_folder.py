@@ -282,6 +282,19 @@ def test_receipt_json_is_atomic_private_and_readable_back(tmp_path):
     assert [p.name for p in folder.iterdir()] == ["receipt.json"]  # no temp file left behind
 
 
+def test_json_evidence_reads_as_json_dumps_would_write_it(tmp_path):
+    folder = rundir.create_run_folder(tmp_path / "runs", "scan")
+    doc = {"kit": "0.1.0", "tests": {"a::b": {"outcome": "xfailed", "seconds": 0.25, "codes": ["NO_GPU"]}},
+           "empty": {}, "none": [], "bytes": 2**70, "share": -0.0, "folder": tmp_path}
+    rundir.write_json(folder / "receipt.json", doc)
+    text = (folder / "receipt.json").read_text(encoding="ascii")
+    assert text == json.dumps(doc, indent=2, default=str) + "\n"  # the same text where both are plain ASCII
+    rundir.write_json(folder / "names.json", {"model": "MiMo-V2.6 \u00e9\u4e2d"})
+    raw = (folder / "names.json").read_bytes()
+    assert "MiMo-V2.6 \u00e9\u4e2d".encode() in raw  # written as UTF-8, read back the same
+    assert json.loads(raw) == {"model": "MiMo-V2.6 \u00e9\u4e2d"}
+
+
 def test_ini_settings_name_the_runs_folder_and_fail_on_blocked(kit_project):
     with (kit_project.path / "pytest.ini").open("a") as ini:
         ini.write("onegpu_runs_dir = evidence\nonegpu_fail_on_blocked = true\n")
