@@ -6,7 +6,8 @@
                                         [--results FILE]
 
 --warm-cold measures, in the same run and in alternating order, a serial hashlib loop and the engine (as the
-kit runs it: its page cache rule on) with the files warm and cold, a plain read of the cold files, and
+kit runs it: its page cache rule on) with the files warm and cold, a plain read of the cold files, the cold
+files hashed through O_DIRECT reads (around the page cache; not what the engine does), and
 `openssl speed -multi N -elapsed sha256`; see warm_cold(). --contend N runs the rounds next to N busy processes
 in a control group of their own (benchmarks/cpu_contention.py; needs root).
 
@@ -122,14 +123,59 @@ def engine_child(folder: str, workers: int, force_drop: bool) -> None:
 
     root = Path(folder)
     files = walk_checkpoint(detect_layout(root))
-    began = time.monotonic()
+    cpu_before, began = os.times(), time.monotonic()
     plan = plan_page_cache(root, files)  # inside the timing: reading every file's residency is part of the cost
     if force_drop:
         plan = CachePlan(frozenset(), True, plan.cold_bytes, plan.room_bytes)
     digests, _ = hash_files(root, files, workers, plan=plan)
-    seconds = time.monotonic() - began
+    seconds, cpu_after = time.monotonic() - began, os.times()
     print(json.dumps({"seconds": seconds, "bytes": sum(f.size for f in files), "plan": plan.describe(),
-                      "digests": {k: d.sha256 for k, d in digests.items()}}))
+                      "digests": {k: d.sha256 for k, d in digests.items()},
+                      "cpu_s": (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)}))
+
+
+def direct_child(folder: str, workers: int) -> None:
+    """Run in a child process: what hashing around the page cache would do, not the engine. Every file is read with
+    O_DIRECT (the disk's DMA straight into page-aligned 8 MiB buffers: no page cache pages to fill, copy out
+    of or drop) and hashed, one file per thread at a time, `workers` threads. The question it answers: would
+    reading cold files this way leave the hashing threads more of the CPU than the engine's buffered reads
+    dropped behind do?"""
+    import hashlib
+    import queue
+    import threading
+
+    paths = sorted(str(p) for p in Path(folder).iterdir() if p.is_file())
+    jobs: queue.Queue[str] = queue.Queue()
+    for path in paths:
+        jobs.put(path)
+    digests: dict[str, str] = {}
+
+    def work() -> None:
+        buffer = mmap.mmap(-1, 8 * MIB)  # anonymous mappings are page-aligned, as O_DIRECT needs
+        view = memoryview(buffer)
+        while True:
+            try:
+                path = jobs.get_nowait()
+            except queue.Empty:
+                return
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+            sha = hashlib.sha256()
+            try:
+                while n := os.readv(fd, [buffer]):
+                    sha.update(view[:n])
+            finally:
+                os.close(fd)
+            digests[Path(path).name] = sha.hexdigest()
+
+    threads = [threading.Thread(target=work) for _ in range(workers)]
+    cpu_before, began = os.times(), time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seconds, cpu_after = time.monotonic() - began, os.times()
+    print(json.dumps({"seconds": seconds, "bytes": sum(os.path.getsize(p) for p in paths), "digests": digests,
+                      "cpu_s": (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)}))
 
 
 def drop_files(paths: list[Path]) -> None:
@@ -182,10 +228,15 @@ def warm_cold(args) -> None:
                     reference = reference or result["digests"]
                     if result["digests"] != reference:
                         raise SystemExit(f"round {n}: {kind} {state} digests differ from the first pass")
-            for kind in ("engine_drop", "read", "read1"):
+            for kind in ("engine_drop", "direct", "read", "read1"):
                 drop_files(paths)
                 row[f"resident_before_{kind}"] = resident_fraction(paths)
-                row[f"{kind}_cold"] = total / run_kind(kind, folder, workers)["seconds"]
+                result = run_kind(kind, folder, workers)
+                row[f"{kind}_cold"] = total / result["seconds"]
+                if "cpu_s" in result:
+                    row[f"{kind}_cpu_s_per_gb"] = result["cpu_s"] / (total / 1e9)
+                if "digests" in result and result["digests"] != reference:
+                    raise SystemExit(f"round {n}: {kind} cold digests differ from the first pass")
             warm(paths)  # what the engine's load reads after a pass that left the files cached
             row["read1_warm"] = total / run_kind("read1", folder, workers)["seconds"]
             row["residency_ms"] = residency_read_ms(paths)
@@ -201,6 +252,7 @@ def warm_cold(args) -> None:
         # What the rule does with a cold checkpoint larger than the cache (dropped behind), against the same refs.
         row["drop_vs_serial_cold"] = row["engine_drop_cold"] / row["serial_cold"]
         row["drop_vs_floor_cold"] = row["engine_drop_cold"] / row["floor"]
+        row["direct_vs_drop_cold"] = row["direct_cold"] / row["engine_drop_cold"]
         # Hashing then the engine's load (one plain read): cached files are read warm, dropped ones cold again.
         row["hash_load_s_keep"] = total / row["engine_cold"] + total / row["read1_warm"]
         row["hash_load_s_drop"] = total / row["engine_drop_cold"] + total / row["read1_cold"]
@@ -253,6 +305,7 @@ def render_warm_cold(f: dict) -> str:
 | serial hashlib, cold | {col('serial_cold')} |
 | engine, cold (rule: kept in the cache) | {col('engine_cold')} |
 | engine, cold, every file dropped behind | {col('engine_drop_cold')} |
+| O_DIRECT reads hashed, cold ({w} threads, 8 MiB buffers; not the engine) | {col('direct_cold')} |
 | plain read, cold, {w} threads | {col('read_cold')} |
 | plain read, cold, 1 thread | {col('read1_cold')} |
 | plain read, warm, 1 thread (the load after a pass that kept the files) | {col('read1_warm')} |
@@ -267,11 +320,14 @@ def render_warm_cold(f: dict) -> str:
 | engine, cold, dropped behind (the rule beyond the room) / serial, cold | {col('drop_vs_serial_cold', '.2f', 1)} | {span('drop_vs_serial_cold')} |
 | engine, cold, dropped behind / floor | {col('drop_vs_floor_cold', '.2f', 1)} | {span('drop_vs_floor_cold')} |
 | engine cold, dropped behind / kept | {col('drop_vs_keep_cold', '.2f', 1)} | {span('drop_vs_keep_cold')} |
+| O_DIRECT / engine dropped behind, cold | {col('direct_vs_drop_cold', '.2f', 1)} | {span('direct_vs_drop_cold')} |
 | hashing + one read of the files after it: seconds dropping / seconds keeping | {col('keep_vs_drop_hash_load', '.2f', 1)} | {span('keep_vs_drop_hash_load')} |
 
 * Residency before each pass (warm / cold): serial {pct('resident_before_serial_warm')} /
   {pct('resident_before_serial_cold')}; engine {pct('resident_before_engine_warm')} /
   {pct('resident_before_engine_cold')}. After the engine's warm pass: {pct('resident_after_engine_warm')}; after its cold pass: {pct('resident_after_engine_cold')}.
+* CPU seconds (user + system, every thread) per GB hashed cold: engine dropped behind
+  {col('engine_drop_cpu_s_per_gb', '.2f', 1)}; O_DIRECT {col('direct_cpu_s_per_gb', '.2f', 1)}.
 * The engine's decision, last round: warm: {rows[-1]['plan_warm']}; cold: {rows[-1]['plan_cold']}.
 * Reading the warm files' residency, ms per round: cachestat {_ways(rows, 'cachestat')}; mincore
   {_ways(rows, 'mincore')} (the engine uses cachestat where the kernel answers it).
@@ -395,7 +451,7 @@ def main() -> None:
     parser.add_argument("--child")
     parser.add_argument("--drop", type=int, default=1)
     parser.add_argument("--read-only", type=int, default=0)
-    parser.add_argument("--kind", help="child pass of --warm-cold: serial, engine, engine_drop, read, read1")
+    parser.add_argument("--kind", help="child pass of --warm-cold: serial, engine, engine_drop, direct, read, read1")
     parser.add_argument("--warm-cold", action="store_true", help="the same-run warm/cold comparison (issue 19.3)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--contend", type=int, default=0, metavar="N", help="--warm-cold next to N busy processes "
@@ -406,6 +462,8 @@ def main() -> None:
             return serial_hashlib(args.child)
         if args.kind in ("engine", "engine_drop"):
             return engine_child(args.child, args.workers, args.kind == "engine_drop")
+        if args.kind == "direct":
+            return direct_child(args.child, args.workers)
         return read_floor(args.child, 1 if args.kind == "read1" else args.workers)
     if args.warm_cold:
         return warm_cold(args)
