@@ -13,7 +13,6 @@ from msgspec import Struct
 from msgspec.structs import fields as struct_fields
 
 
-
 class FactsFormatError(ValueError):
     """A JSON document does not have the shape of the fact object it claims to be."""
 

@@ -95,7 +95,8 @@ def write_json(path: Path, obj) -> Path:
     """Atomic 0600 JSON file, indented for people, keys in their insertion order.
 
     Encoded in C by msgspec, then indented: json.dumps with indent= leaves its C encoder for the pure-Python one,
-    11 x slower on a 250 KB receipt (4.3 ms against 0.38 ms), paid at every whole write of a run's evidence.
+    which took most of the receipt's writing in a 1,000-shard scan session (0.015 s of CPU before, 0.009 s
+    after: benchmarks/RESULTS.md).
     The values are json.dumps(indent=2, default=str)'s; only spellings differ: non-ASCII text as UTF-8 instead of
     \\u escapes, floats in their shortest form (1e16 for 1e+16), and NaN or an infinity as null (json.dumps
     writes NaN, which strict readers refuse).
