@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import fnmatch
 import re
+from itertools import compress
 
 from packaging.version import InvalidVersion, Version
 from msgspec import Struct, field
@@ -99,16 +100,20 @@ def scan_names(config: dict, names, groups: tuple | None = None) -> NameScan:
     caller has them: the names are then not collapsed again."""
     if groups is not None:
         group_of, distinct = groups
-        collapsed = list(map(distinct.__getitem__, group_of))
     else:
         maybe = collapse_experts(names)
         if maybe is None:
             return _scan_names(config, names)
-        collapsed, distinct = maybe, list(dict.fromkeys(maybe))
+        distinct = list(dict.fromkeys(maybe))
+        number = {c: g for g, c in enumerate(distinct)}
+        group_of = list(map(number.__getitem__, maybe))
     out = _scan_names(config, distinct)
     listed = {*out.vision, *out.audio, *out.heads}
     if listed:
-        kept = [(n, c) for n, c in zip(names, collapsed) if c in listed]
+        # Only the few tensors of listed groups reach Python code: the test over every tensor runs in C.
+        wanted = {g for g, c in enumerate(distinct) if c in listed}
+        kept = [(names[i], distinct[group_of[i]])
+                for i in compress(range(len(names)), map(wanted.__contains__, group_of))]
         vision, audio, heads = set(out.vision), set(out.audio), set(out.heads)
         out.vision = [n for n, c in kept if c in vision]
         out.audio = [n for n, c in kept if c in audio]
