@@ -81,7 +81,7 @@ def close_evidence(run_folder: Path, reason: str, end: dict) -> None:
 
     connection = run_folder / "connection-private.json"
     if connection.exists():
-        doc = json.loads(connection.read_text())
+        doc = json.loads(connection.read_bytes())
         if doc.get("state") != "CLOSED":
             doc.update(state="CLOSED", closed_at=now_iso(), closed_reason=reason)
             write_json(connection, doc)

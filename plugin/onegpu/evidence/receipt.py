@@ -65,7 +65,7 @@ def apply_journal(data: dict, folder: Path) -> dict:
 
 def read_receipt(folder: Path) -> ReceiptData:
     """The receipt of a run folder as its session last recorded it, finished or not."""
-    return declared_view(apply_journal(json.loads((folder / "receipt.json").read_text()), folder))
+    return declared_view(apply_journal(json.loads((folder / "receipt.json").read_bytes()), folder))
 
 
 def fold_journal(folder: Path) -> ReceiptData:
