@@ -24,7 +24,13 @@ per-test handling and report, the public summary.
 Startup is measured apart: `python -c "import onegpu.plugin, onegpu.fixtures.* ..."` (the kit's imports, what every
 session pays before its first test) against `python -c "import pytest"`, alternating.
 
-    python benchmarks/bench_scan_session.py [--rounds 7] [--results FILE]
+With --instructions, each child also runs once under valgrind's callgrind, which counts the user-space
+instructions it executes: a figure that does not move with a guest's load or clock (it leaves out the kernel's
+work and says nothing about how fast each instruction runs). The scan's count is a process that imports and
+scans less the same process stopped before the scan. Set beside the CPU ratio, it tells work that the session
+adds from work that only runs slower (cold caches, page faults). Explanatory, not judged; needs valgrind.
+
+    python benchmarks/bench_scan_session.py [--rounds 7] [--instructions] [--results FILE]
 """
 from __future__ import annotations
 
@@ -92,6 +98,8 @@ import sys, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])
 from onegpu.checkpoint.scan import read_checkpoint
+if sys.argv[3:] == ["--imports-only"]:
+    raise SystemExit(0)
 start = time.process_time()
 facts = read_checkpoint(Path(sys.argv[1]))
 print(time.process_time() - start)
@@ -114,6 +122,18 @@ def run_child(argv: list[str], env: dict | None = None, cwd: Path = REPO) -> dic
     wall = time.perf_counter() - start
     return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rss_mib": usage.ru_maxrss / 1024,
             "rc": proc.returncode, "out": out.decode(errors="replace")}
+
+
+def instructions(argv: list[str], cwd: Path = REPO) -> int:
+    """User-space instructions one child executes, counted by callgrind (no profile file is kept)."""
+    with tempfile.NamedTemporaryFile(prefix="onegpu-bench-callgrind-", suffix=".log") as log:
+        proc = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                               f"--log-file={log.name}", *argv], cwd=cwd, env=CHILD_ENV, capture_output=True)
+        text = Path(log.name).read_text()
+    counts = re.findall(r"Collected : ([\d,]+)", text)
+    if proc.returncode not in (0, 1) or not counts:
+        raise SystemExit(f"callgrind failed (exit {proc.returncode}) on {argv}:\n{text[-2000:]}")
+    return int(counts[-1].replace(",", ""))
 
 
 def thousand_shards() -> Path:
@@ -177,7 +197,7 @@ def write_floor_suite(folder: Path, counts: dict[str, int]) -> None:
         (folder / f"test_{m}.py").write_text("\n".join(lines))
 
 
-def measure(root: Path, rounds: int, work: Path) -> dict:
+def measure(root: Path, rounds: int, work: Path, count_instructions: bool = False) -> dict:
     settings = settings_for(root, work)
     probe_dir = work / "probe"
     probe_dir.mkdir(exist_ok=True)
@@ -239,8 +259,20 @@ def measure(root: Path, rounds: int, work: Path) -> dict:
     spend = [{"allowed": 0.5 * (c["cpu_in_process_s"] + i["cpu_s"]), "floor": f["cpu_s"] - i["cpu_s"],
               "kit": s["cpu_s"] - f["cpu_s"] - c["cpu_in_process_s"]}
              for s, c, i, f in zip(rows["session"], rows["scan"], rows["import_pytest"], rows["floor"])]
-    return {"rows": rows, "ratios": ratios, "evidence_share": evidence, "probes": shares, "spend": spend,
-            "counts": session_counts(rows["session"][-1]["out"])}
+    got = {"rows": rows, "ratios": ratios, "evidence_share": evidence, "probes": shares, "spend": spend,
+           "counts": session_counts(rows["session"][-1]["out"])}
+    if count_instructions:
+        out = work / f"run-{root.name}-callgrind"
+        scan_argv = [sys.executable, "-c", SCAN_ALONE, str(root), str(REPO)]
+        got["instructions"] = {
+            "session": instructions([sys.executable, "-m", "pytest", "-m", "scan", f"--settings={settings}",
+                                     f"--out={out}", "-q"]),
+            "scan": instructions(scan_argv) - instructions([*scan_argv, "--imports-only"]),
+            "import_pytest": instructions([sys.executable, "-c", "import pytest"]),
+            "floor": instructions([sys.executable, "-m", "pytest", "-p", "no:onegpu", "-m", "scan", "-q",
+                                   f"--html={work / 'floor-callgrind.html'}", "--self-contained-html"], floor_dir)}
+        shutil.rmtree(out)
+    return got
 
 
 def measure_startup(rounds: int) -> dict:
@@ -272,15 +304,20 @@ def machine() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count each child's user-space instructions once with callgrind (valgrind)")
     parser.add_argument("--results", type=Path, help="write the markdown section to this file")
     args = parser.parse_args()
+    if args.instructions and shutil.which("valgrind") is None:
+        parser.error("--instructions needs valgrind (Debian: apt-get install valgrind)")
     thousand = thousand_shards()
     checkpoints = [("1,000 shards, 61 layers x 384 experts (~1 TB sparse)", thousand),
                    ("MiMo-V2.6-Flash, header-only", mimo_flash())]
     load_before = os.getloadavg()[0]
     lines = [f"### Scan session against the header scan alone ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
              f"* Machine: {machine()}; load average before the run {load_before:.2f}",
-             f"* Command: `python benchmarks/bench_scan_session.py --rounds {args.rounds}`",
+             f"* Command: `python benchmarks/bench_scan_session.py --rounds {args.rounds}"
+             f"{' --instructions' if args.instructions else ''}`",
              "* Every figure below is a median over the rounds; the ratio is taken round by round (same moment).",
              "", "| checkpoint | tensors | session CPU s | scan alone CPU s | `import pytest` CPU s | "
                  "session / (scan + import) | session peak RSS MiB | scan alone peak RSS MiB | evidence writing, "
@@ -292,9 +329,19 @@ def main() -> int:
              "| checkpoint | session's tests (passed / xfailed / deselected) | pytest floor CPU s | allowed beyond "
              "scan + import | floor beyond `import pytest` | the kit's own: session - floor - scan |",
              "|---|---|---:|---:|---:|---:|"]
+    counted = ["", "User-space instructions, one callgrind run of each child (10^9; the scan's: the scanning process "
+               "less the same process stopped before its scan):", "",
+               "| checkpoint | session | scan | `import pytest` | session / (scan + import) | pytest floor beyond "
+               "`import pytest` | the kit's own: session - floor - scan |", "|---|---:|---:|---:|---:|---:|---:|"]
     with tempfile.TemporaryDirectory(prefix="onegpu-bench-session-") as tmp:
         for label, root in checkpoints:
-            got = measure(root, args.rounds, Path(tmp))
+            got = measure(root, args.rounds, Path(tmp), args.instructions)
+            if args.instructions:
+                ir = {k: v / 1e9 for k, v in got["instructions"].items()}
+                counted.append(f"| {label} | {ir['session']:.3f} | {ir['scan']:.3f} | {ir['import_pytest']:.3f} | "
+                               f"**{ir['session'] / (ir['scan'] + ir['import_pytest']):.2f}** | "
+                               f"{ir['floor'] - ir['import_pytest']:.3f} | "
+                               f"{ir['session'] - ir['floor'] - ir['scan']:.3f} |")
             counts = got["counts"]
             spent.append(f"| {label} | {counts.get('passed', 0)} / {counts.get('xfailed', 0)} / "
                          f"{counts.get('deselected', 0)} | {_med(got['rows']['floor'], 'cpu_s'):.2f} | "
@@ -312,7 +359,7 @@ def main() -> int:
                 f"{statistics.median(p['summary'] for p in got['probes']):.3f} s) | "
                 f"{_med(rows['session_uncached'], 'cpu_s'):.2f} |")
             print(lines[-1], flush=True)
-    lines += spent
+    lines += spent + (counted if args.instructions else [])
     startup = measure_startup(args.rounds)
     lines += ["", f"* Startup: the kit's imports (`python -c \"import {', '.join(KIT_MODULES)}\"`) "
                   f"{_med(startup['kit'], 'cpu_s'):.3f} s CPU against `import pytest` "
