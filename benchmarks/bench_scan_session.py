@@ -124,6 +124,15 @@ def run_child(argv: list[str], env: dict | None = None, cwd: Path = REPO) -> dic
             "rc": proc.returncode, "out": out.decode(errors="replace")}
 
 
+def scan_alone_argv(root: Path, imports_only: bool = False) -> list[str]:
+    """The header scan alone as a child: it prints the CPU of the read_checkpoint call; with imports_only it stops
+    before the call."""
+    return [sys.executable, "-c", SCAN_ALONE, str(root), str(REPO), *(["--imports-only"] if imports_only else [])]
+
+
+IMPORT_PYTEST = [sys.executable, "-c", "import pytest"]
+
+
 def instructions(argv: list[str], cwd: Path = REPO) -> int:
     """User-space instructions one child executes, counted by callgrind (no profile file is kept)."""
     with tempfile.NamedTemporaryFile(prefix="onegpu-bench-callgrind-", suffix=".log") as log:
@@ -208,14 +217,20 @@ def measure(root: Path, rounds: int, work: Path, count_instructions: bool = Fals
     floor_dir = work / f"floor-{root.name}"
     shares = []
 
+    def session_argv(out: Path) -> list[str]:
+        return [sys.executable, "-m", "pytest", "-m", "scan", f"--settings={settings}", f"--out={out}", "-q"]
+
+    def floor_argv(report: Path) -> list[str]:
+        return [sys.executable, "-m", "pytest", "-p", "no:onegpu", "-m", "scan", "-q", f"--html={report}",
+                "--self-contained-html"]
+
     def session(n: int, uncached: bool = False) -> dict:
         out = work / f"run-{root.name}-{n}"
         probe_out = work / f"probe-{n}.json"
         child_env = {**env, "ONEGPU_BENCH_PROBE_OUT": str(probe_out)}
         if uncached:
             child_env["PYTHONDONTWRITEBYTECODE"] = "1"
-        result = run_child([sys.executable, "-m", "pytest", "-m", "scan", f"--settings={settings}", f"--out={out}",
-                            "-p", "onegpu_bench_probe", "-q"], child_env)
+        result = run_child([*session_argv(out), "-p", "onegpu_bench_probe"], child_env)
         if result["rc"] not in (0, 1) or not (out / "receipt.json").is_file():
             raise SystemExit(f"the scan session failed (exit {result['rc']}):\n{result['out'][-3000:]}")
         result["probe"] = json.loads(probe_out.read_text())
@@ -223,17 +238,16 @@ def measure(root: Path, rounds: int, work: Path, count_instructions: bool = Fals
         return result
 
     def scan(_n: int) -> dict:
-        result = run_child([sys.executable, "-c", SCAN_ALONE, str(root), str(REPO)])
+        result = run_child(scan_alone_argv(root))
         result["cpu_in_process_s"] = float(result["out"].strip().splitlines()[-1])
         return result
 
     def import_pytest(_n: int) -> dict:
-        return run_child([sys.executable, "-c", "import pytest"])
+        return run_child(IMPORT_PYTEST)
 
     def floor(n: int) -> dict:
         report = work / f"floor-report-{n}.html"
-        result = run_child([sys.executable, "-m", "pytest", "-p", "no:onegpu", "-m", "scan", "-q",
-                            f"--html={report}", "--self-contained-html"], cwd=floor_dir)
+        result = run_child(floor_argv(report), cwd=floor_dir)
         if result["rc"] != 0 or not report.is_file():
             raise SystemExit(f"the floor session failed (exit {result['rc']}):\n{result['out'][-3000:]}")
         report.unlink()
@@ -263,26 +277,23 @@ def measure(root: Path, rounds: int, work: Path, count_instructions: bool = Fals
            "counts": session_counts(rows["session"][-1]["out"])}
     if count_instructions:
         out = work / f"run-{root.name}-callgrind"
-        scan_argv = [sys.executable, "-c", SCAN_ALONE, str(root), str(REPO)]
         got["instructions"] = {
-            "session": instructions([sys.executable, "-m", "pytest", "-m", "scan", f"--settings={settings}",
-                                     f"--out={out}", "-q"]),
-            "scan": instructions(scan_argv) - instructions([*scan_argv, "--imports-only"]),
-            "import_pytest": instructions([sys.executable, "-c", "import pytest"]),
-            "floor": instructions([sys.executable, "-m", "pytest", "-p", "no:onegpu", "-m", "scan", "-q",
-                                   f"--html={work / 'floor-callgrind.html'}", "--self-contained-html"], floor_dir)}
+            "session": instructions(session_argv(out)),
+            "scan": instructions(scan_alone_argv(root)) - instructions(scan_alone_argv(root, imports_only=True)),
+            "import_pytest": instructions(IMPORT_PYTEST),
+            "floor": instructions(floor_argv(work / "floor-callgrind.html"), floor_dir)}
         shutil.rmtree(out)
     return got
 
 
 def measure_startup(rounds: int) -> dict:
     kit = run_child([sys.executable, "-c", "import " + ", ".join(KIT_MODULES)])  # warm-up
-    bare = run_child([sys.executable, "-c", "import pytest"])
+    bare = run_child(IMPORT_PYTEST)
     kit_rows: list[dict] = []
     bare_rows: list[dict] = []
     for n in range(rounds):
         pair = [("kit", [sys.executable, "-c", "import " + ", ".join(KIT_MODULES)]),
-                ("bare", [sys.executable, "-c", "import pytest"])]
+                ("bare", IMPORT_PYTEST)]
         for name, argv in pair if n % 2 == 0 else pair[::-1]:
             (kit_rows if name == "kit" else bare_rows).append(run_child(argv))
     del kit, bare

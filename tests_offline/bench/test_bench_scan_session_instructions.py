@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 
-from benchmarks.bench_scan_session import CHILD_ENV, REPO, SCAN_ALONE, instructions
+from benchmarks.bench_scan_session import CHILD_ENV, instructions, scan_alone_argv
 from devkit.synth import moe_tensors, write_checkpoint
 from tests_offline.docker_required import skip_unless_ci
 
@@ -32,11 +32,11 @@ def test_the_scan_count_is_the_scanning_process_less_its_imports_and_grows_with_
     def counts(layers: int) -> tuple[int, int]:
         root = write_checkpoint(tmp_path / f"ckpt-{layers}", {"num_hidden_layers": layers},
                                 moe_tensors(layers=layers, experts=64), shards=8)
-        argv = [sys.executable, "-c", SCAN_ALONE, str(root), str(REPO)]
+        argv = scan_alone_argv(root)
         # A first run writes the compiled bytecode (a fresh clone has none), as the benchmark's warm-up does:
         # compiling is counted once, in that run, and would otherwise land on one side of the difference only.
         subprocess.run(argv, env=CHILD_ENV, check=True, capture_output=True)
-        return instructions(argv), instructions([*argv, "--imports-only"])
+        return instructions(argv), instructions(scan_alone_argv(root, imports_only=True))
 
     (small, small_imports), (large, large_imports) = counts(2), counts(8)
     # The imports are the same work whatever the checkpoint (within the run-to-run 1 %); the scan is not.
