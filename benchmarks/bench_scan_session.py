@@ -28,7 +28,9 @@ With --instructions, each child also runs once under valgrind's callgrind, which
 instructions it executes: a figure that does not move with a guest's load or clock (it leaves out the kernel's
 work and says nothing about how fast each instruction runs). The scan's count is a process that imports and
 scans less the same process stopped before the scan. Set beside the CPU ratio, it tells work that the session
-adds from work that only runs slower (cold caches, page faults). Explanatory, not judged; needs valgrind.
+adds from work that only runs slower (cold caches, page faults). The floor is also counted with parts of it left
+out in turn (pytest-html; the three plugins; those and pytest's assertion rewriting), and the session with plain
+asserts: what each part costs a session of this shape. Explanatory, not judged; needs valgrind.
 
     python benchmarks/bench_scan_session.py [--rounds 7] [--instructions] [--results FILE]
 """
@@ -131,6 +133,14 @@ def scan_alone_argv(root: Path, imports_only: bool = False) -> list[str]:
 
 
 IMPORT_PYTEST = [sys.executable, "-c", "import pytest"]
+FLOOR = [sys.executable, "-m", "pytest", "-p", "no:onegpu", "-m", "scan", "-q"]
+# pytest-html registers two plugins (its report and its fixtures); both go for it to be left out.
+_HTML_OUT = ["-p", "no:html", "-p", "no:html_fixtures"]
+_THREE_PLUGINS_OUT = [*_HTML_OUT, "-p", "no:metadata", "-p", "no:timeout"]
+# The floor's parts left out in turn (counted with --instructions); the html report goes with pytest-html.
+FLOOR_LEFT_OUT = {"pytest-html": _HTML_OUT,
+                  "pytest-html, pytest-metadata, pytest-timeout": _THREE_PLUGINS_OUT,
+                  "those three and assertion rewriting": [*_THREE_PLUGINS_OUT, "--assert=plain"]}
 
 
 def instructions(argv: list[str], cwd: Path = REPO) -> int:
@@ -221,8 +231,7 @@ def measure(root: Path, rounds: int, work: Path, count_instructions: bool = Fals
         return [sys.executable, "-m", "pytest", "-m", "scan", f"--settings={settings}", f"--out={out}", "-q"]
 
     def floor_argv(report: Path) -> list[str]:
-        return [sys.executable, "-m", "pytest", "-p", "no:onegpu", "-m", "scan", "-q", f"--html={report}",
-                "--self-contained-html"]
+        return [*FLOOR, f"--html={report}", "--self-contained-html"]
 
     def session(n: int, uncached: bool = False) -> dict:
         out = work / f"run-{root.name}-{n}"
@@ -281,8 +290,12 @@ def measure(root: Path, rounds: int, work: Path, count_instructions: bool = Fals
             "session": instructions(session_argv(out)),
             "scan": instructions(scan_alone_argv(root)) - instructions(scan_alone_argv(root, imports_only=True)),
             "import_pytest": instructions(IMPORT_PYTEST),
-            "floor": instructions(floor_argv(work / "floor-callgrind.html"), floor_dir)}
+            "floor": instructions(floor_argv(work / "floor-callgrind.html"), floor_dir),
+            "session_plain_asserts": instructions([*session_argv(work / f"run-{root.name}-plain"), "--assert=plain"])}
+        got["floor_left_out"] = {name: instructions([*FLOOR, *flags], floor_dir)
+                                 for name, flags in FLOOR_LEFT_OUT.items()}
         shutil.rmtree(out)
+        shutil.rmtree(work / f"run-{root.name}-plain")
     return got
 
 
@@ -343,7 +356,11 @@ def main() -> int:
     counted = ["", "User-space instructions, one callgrind run of each child (10^9; the scan's: the scanning process "
                "less the same process stopped before its scan):", "",
                "| checkpoint | session | scan | `import pytest` | session / (scan + import) | pytest floor beyond "
-               "`import pytest` | the kit's own: session - floor - scan |", "|---|---:|---:|---:|---:|---:|---:|"]
+               "`import pytest` | the kit's own: session - floor - scan | session with plain asserts |",
+               "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    parts = ["", "pytest's floor beyond `import pytest` in user-space instructions (10^9), whole and with parts of it "
+             "left out:", "", "| checkpoint | whole | " + " | ".join(f"without {n}" for n in FLOOR_LEFT_OUT) + " |",
+             "|---|---:|" + "---:|" * len(FLOOR_LEFT_OUT)]
     with tempfile.TemporaryDirectory(prefix="onegpu-bench-session-") as tmp:
         for label, root in checkpoints:
             got = measure(root, args.rounds, Path(tmp), args.instructions)
@@ -352,7 +369,10 @@ def main() -> int:
                 counted.append(f"| {label} | {ir['session']:.3f} | {ir['scan']:.3f} | {ir['import_pytest']:.3f} | "
                                f"**{ir['session'] / (ir['scan'] + ir['import_pytest']):.2f}** | "
                                f"{ir['floor'] - ir['import_pytest']:.3f} | "
-                               f"{ir['session'] - ir['floor'] - ir['scan']:.3f} |")
+                               f"{ir['session'] - ir['floor'] - ir['scan']:.3f} | "
+                               f"{ir['session_plain_asserts']:.3f} |")
+                parts.append(f"| {label} | {ir['floor'] - ir['import_pytest']:.3f} | " + " | ".join(
+                    f"{(n / 1e9 - ir['import_pytest']):.3f}" for n in got["floor_left_out"].values()) + " |")
             counts = got["counts"]
             spent.append(f"| {label} | {counts.get('passed', 0)} / {counts.get('xfailed', 0)} / "
                          f"{counts.get('deselected', 0)} | {_med(got['rows']['floor'], 'cpu_s'):.2f} | "
@@ -370,7 +390,7 @@ def main() -> int:
                 f"{statistics.median(p['summary'] for p in got['probes']):.3f} s) | "
                 f"{_med(rows['session_uncached'], 'cpu_s'):.2f} |")
             print(lines[-1], flush=True)
-    lines += spent + (counted if args.instructions else [])
+    lines += spent + (counted + parts if args.instructions else [])
     startup = measure_startup(args.rounds)
     lines += ["", f"* Startup: the kit's imports (`python -c \"import {', '.join(KIT_MODULES)}\"`) "
                   f"{_med(startup['kit'], 'cpu_s'):.3f} s CPU against `import pytest` "
