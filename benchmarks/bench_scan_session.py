@@ -133,6 +133,7 @@ def scan_alone_argv(root: Path, imports_only: bool = False) -> list[str]:
 
 
 IMPORT_PYTEST = [sys.executable, "-c", "import pytest"]
+IMPORT_KIT = [sys.executable, "-c", "import " + ", ".join(KIT_MODULES)]
 FLOOR = [sys.executable, "-m", "pytest", "-p", "no:onegpu", "-m", "scan", "-q"]
 # pytest-html registers two plugins (its report and its fixtures); both go for it to be left out.
 _HTML_OUT = ["-p", "no:html", "-p", "no:html_fixtures"]
@@ -300,13 +301,12 @@ def measure(root: Path, rounds: int, work: Path, count_instructions: bool = Fals
 
 
 def measure_startup(rounds: int) -> dict:
-    kit = run_child([sys.executable, "-c", "import " + ", ".join(KIT_MODULES)])  # warm-up
+    kit = run_child(IMPORT_KIT)  # warm-up
     bare = run_child(IMPORT_PYTEST)
     kit_rows: list[dict] = []
     bare_rows: list[dict] = []
     for n in range(rounds):
-        pair = [("kit", [sys.executable, "-c", "import " + ", ".join(KIT_MODULES)]),
-                ("bare", IMPORT_PYTEST)]
+        pair = [("kit", IMPORT_KIT), ("bare", IMPORT_PYTEST)]
         for name, argv in pair if n % 2 == 0 else pair[::-1]:
             (kit_rows if name == "kit" else bare_rows).append(run_child(argv))
     del kit, bare
