@@ -1,7 +1,7 @@
 """A whole `pytest -m scan --settings=...` session against the header scan alone, in the same run, alternating.
 
 For each checkpoint (the 1,000-shard, ~1 TB sparse one of bench_header_scan.py, and a header-only MiMo-V2.6-Flash
-written by examples/make_mimo_checkpoint.py) every round times, in a rotating order, three child processes:
+written by examples/make_mimo_checkpoint.py) every round times, in a rotating order, these child processes:
   * the session: `python -m pytest -m scan --settings=S --out=<new folder>` from the repository root, with this
     machine's live facts (no GPU here: the machine phase is blocked, as on any GPU-less machine);
   * the header scan alone: read_checkpoint over the same checkpoint, its CPU taken inside the process around the
@@ -11,7 +11,10 @@ written by examples/make_mimo_checkpoint.py) every round times, in a rotating or
     modules as tests_hw, the same counts of passed, xfailed and deselected tests, each xfail raised with a BLOCKED
     reason) with the kit's plugin left out and every other plugin it loads (pytest-html writing a
     self-contained report, pytest-metadata, pytest-timeout) and its pytest.ini options in. What it costs beyond
-    `import pytest` is what any pytest session of that shape pays, whatever the kit does.
+    `import pytest` is what any pytest session of that shape pays, whatever the kit does;
+  * pytest's floor with a single test, not judged: the same plugins, options and report, one module holding one
+    passing test. What it costs beyond `import pytest` is what a session pays before its phases, however few tests
+    they were folded into.
 Children run as Python runs by default, writing and reusing compiled bytecode (the warm-up writes it; an
 installed package has it from the installer); the environment's PYTHONDONTWRITEBYTECODE is removed for them. The
 session is also timed with PYTHONDONTWRITEBYTECODE=1 (every kit module compiled, and the test modules' asserts
@@ -198,8 +201,8 @@ def session_counts(output: str) -> dict[str, int]:
     return counts
 
 
-def write_floor_suite(folder: Path, counts: dict[str, int]) -> None:
-    """Empty tests in the scan session's shape: as many modules as tests_hw, the same counts."""
+def write_floor_suite(folder: Path, counts: dict[str, int], modules: int | None = None) -> None:
+    """Empty tests in the scan session's shape: as many modules as tests_hw (or `modules`), the same counts."""
     folder.mkdir()
     ini = (REPO / "pytest.ini").read_text()
     addopts = next(line for line in ini.splitlines() if line.startswith("addopts"))
@@ -207,10 +210,10 @@ def write_floor_suite(folder: Path, counts: dict[str, int]) -> None:
                                        "    approve_load: acting\n")
     kinds = (["xfail"] * counts.get("xfailed", 0) + ["pass"] * (counts.get("passed", 0) + counts.get("failed", 0))
              + ["deselected"] * counts.get("deselected", 0))
-    modules = sorted((REPO / "tests_hw").glob("test_*.py"))
-    for m, _ in enumerate(modules):
+    modules = len(list((REPO / "tests_hw").glob("test_*.py"))) if modules is None else modules
+    for m in range(modules):
         lines = ["import pytest", ""]
-        for k, kind in enumerate(kinds[m::len(modules)]):
+        for k, kind in enumerate(kinds[m::modules]):
             mark = "approve_load" if kind == "deselected" else "scan"
             body = f"pytest.xfail('BLOCKED NO_GPU: test {k} of module {m}')" if kind == "xfail" else "assert True"
             lines += [f"@pytest.mark.{mark}", f"def test_{k}():", f"    {body}", "", ""]
@@ -224,8 +227,9 @@ def measure(root: Path, rounds: int, work: Path, count_instructions: bool = Fals
     (probe_dir / "onegpu_bench_probe.py").write_text(PROBE)
     env = {**CHILD_ENV, "PYTHONPATH": f"{probe_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     rows: dict[str, list[dict]] = {"session": [], "scan": [], "import_pytest": [], "session_uncached": [],
-                                   "floor": []}
+                                   "floor": [], "floor_one": []}
     floor_dir = work / f"floor-{root.name}"
+    floor_one_dir = work / f"floor-one-{root.name}"
     shares = []
 
     def session_argv(out: Path) -> list[str]:
@@ -255,19 +259,21 @@ def measure(root: Path, rounds: int, work: Path, count_instructions: bool = Fals
     def import_pytest(_n: int) -> dict:
         return run_child(IMPORT_PYTEST)
 
-    def floor(n: int) -> dict:
+    def floor(n: int, folder: Path = floor_dir) -> dict:
         report = work / f"floor-report-{n}.html"
-        result = run_child(floor_argv(report), cwd=floor_dir)
+        result = run_child(floor_argv(report), cwd=folder)
         if result["rc"] != 0 or not report.is_file():
             raise SystemExit(f"the floor session failed (exit {result['rc']}):\n{result['out'][-3000:]}")
         report.unlink()
         return result
 
     figures: dict[str, Callable[[int], dict]] = {"session": session, "scan": scan, "import_pytest": import_pytest,
-               "session_uncached": lambda n: session(n, uncached=True), "floor": floor}
+               "session_uncached": lambda n: session(n, uncached=True), "floor": floor,
+               "floor_one": lambda n: floor(n, floor_one_dir)}
     names = list(figures)
     warm_session = figures["session"](-1)  # warm-up: page cache, compiled files
     write_floor_suite(floor_dir, session_counts(warm_session["out"]))  # shaped like that session
+    write_floor_suite(floor_one_dir, {"passed": 1}, modules=1)
     for name in names[1:]:
         figures[name](-1)
     for n in range(rounds):
@@ -281,17 +287,26 @@ def measure(root: Path, rounds: int, work: Path, count_instructions: bool = Fals
     # Round by round: the session's CPU beyond the scan and `import pytest` that issue 19.2's ratio allows, and
     # how much of it pytest's floor already takes, and the kit's own work beyond the floor and the scan.
     spend = [{"allowed": 0.5 * (c["cpu_in_process_s"] + i["cpu_s"]), "floor": f["cpu_s"] - i["cpu_s"],
-              "kit": s["cpu_s"] - f["cpu_s"] - c["cpu_in_process_s"]}
-             for s, c, i, f in zip(rows["session"], rows["scan"], rows["import_pytest"], rows["floor"])]
+              "floor_one": f1["cpu_s"] - i["cpu_s"], "kit": s["cpu_s"] - f["cpu_s"] - c["cpu_in_process_s"]}
+             for s, c, i, f, f1 in zip(rows["session"], rows["scan"], rows["import_pytest"], rows["floor"],
+                                       rows["floor_one"])]
     got = {"rows": rows, "ratios": ratios, "evidence_share": evidence, "probes": shares, "spend": spend,
            "counts": session_counts(rows["session"][-1]["out"])}
     if count_instructions:
+        # Plain asserts import the test modules and the kit's fixture modules through bytecode that no run before
+        # wrote (rewritten modules are cached apart): a first run, not counted, writes it, as the rounds' warm-up
+        # does for the other children, so that compiling lands in no count.
+        warm = work / f"run-{root.name}-plain-warm"
+        run_child([*session_argv(warm), "--assert=plain"])
+        run_child([*FLOOR, *FLOOR_LEFT_OUT["those three and assertion rewriting"]], cwd=floor_dir)
+        shutil.rmtree(warm)
         out = work / f"run-{root.name}-callgrind"
         got["instructions"] = {
             "session": instructions(session_argv(out)),
             "scan": instructions(scan_alone_argv(root)) - instructions(scan_alone_argv(root, imports_only=True)),
             "import_pytest": instructions(IMPORT_PYTEST),
             "floor": instructions(floor_argv(work / "floor-callgrind.html"), floor_dir),
+            "floor_one": instructions(floor_argv(work / "floor-one-callgrind.html"), floor_one_dir),
             "session_plain_asserts": instructions([*session_argv(work / f"run-{root.name}-plain"), "--assert=plain"])}
         got["floor_left_out"] = {name: instructions([*FLOOR, *flags], floor_dir)
                                  for name, flags in FLOOR_LEFT_OUT.items()}
@@ -351,13 +366,15 @@ def main() -> int:
              "of empty tests of the same shape, the kit's plugin left out) already costs beyond `import pytest`, in "
              "the same rounds (medians, CPU s):", "",
              "| checkpoint | session's tests (passed / xfailed / deselected) | pytest floor CPU s | allowed beyond "
-             "scan + import | floor beyond `import pytest` | the kit's own: session - floor - scan |",
-             "|---|---|---:|---:|---:|---:|"]
+             "scan + import | floor beyond `import pytest` | one-test floor beyond `import pytest` | the kit's own: "
+             "session - floor - scan |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     counted = ["", "User-space instructions, one callgrind run of each child (10^9; the scan's: the scanning process "
                "less the same process stopped before its scan):", "",
                "| checkpoint | session | scan | `import pytest` | session / (scan + import) | pytest floor beyond "
-               "`import pytest` | the kit's own: session - floor - scan | session with plain asserts |",
-               "|---|---:|---:|---:|---:|---:|---:|---:|"]
+               "`import pytest` | one-test floor beyond `import pytest` | the kit's own: session - floor - scan | "
+               "session with plain asserts |",
+               "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     parts = ["", "pytest's floor beyond `import pytest` in user-space instructions (10^9), whole and with parts of it "
              "left out:", "", "| checkpoint | whole | " + " | ".join(f"without {n}" for n in FLOOR_LEFT_OUT) + " |",
              "|---|---:|" + "---:|" * len(FLOOR_LEFT_OUT)]
@@ -369,6 +386,7 @@ def main() -> int:
                 counted.append(f"| {label} | {ir['session']:.3f} | {ir['scan']:.3f} | {ir['import_pytest']:.3f} | "
                                f"**{ir['session'] / (ir['scan'] + ir['import_pytest']):.2f}** | "
                                f"{ir['floor'] - ir['import_pytest']:.3f} | "
+                               f"{ir['floor_one'] - ir['import_pytest']:.3f} | "
                                f"{ir['session'] - ir['floor'] - ir['scan']:.3f} | "
                                f"{ir['session_plain_asserts']:.3f} |")
                 parts.append(f"| {label} | {ir['floor'] - ir['import_pytest']:.3f} | " + " | ".join(
@@ -377,7 +395,7 @@ def main() -> int:
             spent.append(f"| {label} | {counts.get('passed', 0)} / {counts.get('xfailed', 0)} / "
                          f"{counts.get('deselected', 0)} | {_med(got['rows']['floor'], 'cpu_s'):.2f} | "
                          + " | ".join(f"{statistics.median(s[k] for s in got['spend']):.2f}"
-                                      for k in ("allowed", "floor", "kit")) + " |")
+                                      for k in ("allowed", "floor", "floor_one", "kit")) + " |")
             rows = got["rows"]
             lines.append(
                 f"| {label} | {tensor_count(root):,} | {_med(rows['session'], 'cpu_s'):.2f} | "

@@ -24,6 +24,14 @@ def test_a_floor_suite_run_by_pytest_closes_with_the_counts_it_copied(tmp_path):
     assert session_counts(ran.stdout) == counts
 
 
+def test_the_one_test_floor_is_one_module_with_one_passing_test(tmp_path):
+    write_floor_suite(tmp_path / "floor", {"passed": 1}, modules=1)
+    assert [p.name for p in (tmp_path / "floor").glob("test_*.py")] == ["test_0.py"]
+    ran = subprocess.run(FLOOR, cwd=tmp_path / "floor", capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert session_counts(ran.stdout) == {"passed": 1}
+
+
 def test_each_floor_with_parts_left_out_runs_the_same_tests_without_those_plugins(tmp_path):
     counts = {"passed": 3, "xfailed": 2, "deselected": 1}
     write_floor_suite(tmp_path / "floor", counts)
