@@ -141,10 +141,11 @@ FLOOR = [sys.executable, "-m", "pytest", "-p", "no:onegpu", "-m", "scan", "-q"]
 # pytest-html registers two plugins (its report and its fixtures); both go for it to be left out.
 _HTML_OUT = ["-p", "no:html", "-p", "no:html_fixtures"]
 _THREE_PLUGINS_OUT = [*_HTML_OUT, "-p", "no:metadata", "-p", "no:timeout"]
+_PLAIN_ASSERTS_OUT = [*_THREE_PLUGINS_OUT, "--assert=plain"]
 # The floor's parts left out in turn (counted with --instructions); the html report goes with pytest-html.
 FLOOR_LEFT_OUT = {"pytest-html": _HTML_OUT,
                   "pytest-html, pytest-metadata, pytest-timeout": _THREE_PLUGINS_OUT,
-                  "those three and assertion rewriting": [*_THREE_PLUGINS_OUT, "--assert=plain"]}
+                  "those three and assertion rewriting": _PLAIN_ASSERTS_OUT}
 
 
 def instructions(argv: list[str], cwd: Path = REPO) -> int:
@@ -298,7 +299,7 @@ def measure(root: Path, rounds: int, work: Path, count_instructions: bool = Fals
         # does for the other children, so that compiling lands in no count.
         warm = work / f"run-{root.name}-plain-warm"
         run_child([*session_argv(warm), "--assert=plain"])
-        run_child([*FLOOR, *FLOOR_LEFT_OUT["those three and assertion rewriting"]], cwd=floor_dir)
+        run_child([*FLOOR, *_PLAIN_ASSERTS_OUT], cwd=floor_dir)
         shutil.rmtree(warm)
         out = work / f"run-{root.name}-callgrind"
         got["instructions"] = {
