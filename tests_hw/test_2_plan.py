@@ -4,6 +4,7 @@ import pytest
 from onegpu.plan.capacity import describe_weights
 from onegpu.plan.kvcache import describe_kv
 from onegpu.plan.approved import describe_agreement, describe_checkpoint, describe_settings, require_revision
+from onegpu.plan.vllm_versions import describe_accounting
 
 pytestmark = [pytest.mark.scan, pytest.mark.phase("plan")]
 
@@ -34,6 +35,10 @@ def test_quantization_is_recognised(judge_capacity):
 
 def test_image_resolves_to_an_immutable_id(image):
     assert image.id.startswith("sha256:") and len(image.id) == 71
+
+
+def test_vllm_version_whose_rules_the_plan_applies_is_named(accounting, fact):
+    fact(describe_accounting, accounting)
 
 
 def test_kv_cache_for_the_context_is_estimated(kv_estimate, fact):

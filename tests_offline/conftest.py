@@ -69,6 +69,19 @@ def real_engine_image(docker_client) -> str:
 
 
 @pytest.fixture(scope="session")
+def cuda_engine_image(docker_client) -> str:
+    """The CUDA-build image (PyPI's vllm 0.34.0 with its CUDA torch, 0.33.0's wheel beside it), built when its
+    content-hash tag is missing: its ID. It cannot serve without a GPU; the tests import and probe it. A failed
+    build fails the test that needs it (never a skip)."""
+    from devkit.cuda_engine.build import ensure_cuda_engine_image
+
+    try:
+        return ensure_cuda_engine_image(docker_client)
+    except Exception as exc:  # noqa: BLE001  (any build failure is reported whole)
+        pytest.fail(f"the CUDA engine image could not be built: {type(exc).__name__}: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
 def stub_image(docker_client) -> str:
     """The stub engine image's ID (built locally from this machine's Python; never pulled)."""
     from devkit.stub_engine.build import ensure_stub_image

@@ -20,8 +20,8 @@ def run_in_image(client, image_id: str, command: list[str], entrypoint: list[str
     return status, stdout, stderr
 
 
-def run_ok(client, image_id: str, command: list[str], entrypoint: list[str] | None = None) -> str:
-    """stdout of a command that must exit 0 (the assertion shows its output otherwise)."""
-    status, stdout, stderr = run_in_image(client, image_id, command, entrypoint)
+def run_ok(client, image_id: str, command: list[str], entrypoint: list[str] | None = None, **create) -> str:
+    """stdout of a command that must exit 0 (the assertion shows its output otherwise); `create` as run_in_image."""
+    status, stdout, stderr = run_in_image(client, image_id, command, entrypoint, **create)
     assert status == 0, f"{entrypoint or ['vllm']} {command} exited {status}\nstdout:\n{stdout}\nstderr:\n{stderr}"
     return stdout

@@ -46,9 +46,10 @@ def hardware(hardware, kit):
 
 
 @pytest.fixture(scope="session")
-def kv_estimate(settings, checkpoint, kit):
+def kv_estimate(settings, checkpoint, accounting, kit):
     kv = kv_cache_estimate(checkpoint.config, settings.context_tokens, settings.kv_cache_dtype,
-                           settings.prefill_chunk_tokens, block_size=CPU_BLOCK_SIZE, async_scheduling=False)
+                           settings.prefill_chunk_tokens, block_size=CPU_BLOCK_SIZE, async_scheduling=False,
+                           accounting=accounting)
     kit.receipt.set("kv_cache", to_json(kv))
     return kv
 

@@ -42,9 +42,10 @@ LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidd
 STUB_SETTINGS = {"context_tokens": 8192, "prefill_chunk_tokens": 2048, "container_ram_gib": 9,
                  "boot_deadline_s": 60}
 # The CPU build on a tiny model: torch and vLLM take about 2-3 GiB of RAM; a boot takes about a minute on two
-# cores. The context stays inside the tiny models' max_position_embeddings.
+# cores. The context stays inside the tiny models' max_position_embeddings. The image's vLLM is declared, as an
+# operator who knows it would: the plan applies 0.32's rules, which the probe confirms.
 CPU_SETTINGS = {"context_tokens": 2048, "prefill_chunk_tokens": 2048, "container_ram_gib": 8,
-                "boot_deadline_s": 600}
+                "boot_deadline_s": 600, "vllm_version": "0.32.0"}
 
 
 def llama_tensors() -> dict:

@@ -66,7 +66,7 @@ def test_a_recorded_run_is_read_into_its_identity_and_measurements():
 def test_without_nvml_the_reserve_is_vllms_own_accounting_from_the_boot_log():
     run = load_run(READY)
     cal = calibrate.measure(run)
-    raw = int(run.gpu_total_bytes * 0.85) - 4 * GIB - round(3.12 * GIB)
+    raw = math.ceil(run.gpu_total_bytes * 0.85) - 4 * GIB - round(3.12 * GIB)
     assert cal.reserve_bytes == math.ceil(raw / MIB) * MIB and cal.estimates["nvml_bytes"] is None
     assert "boot log" in cal.how and "NVML at READY: not measured" in cal.rows[1]
     assert any("GPU SIMULATED" in w for w in cal.warnings)  # the run's own banners travel with its numbers
@@ -76,7 +76,7 @@ def test_an_nvml_reading_at_ready_is_used_when_it_measures_more(tmp_path):
     receipt = recorded_receipt()
     total = receipt["hardware"]["gpu"]["devices"][0]["total_bytes"]
     before = receipt["hardware"]["gpu"]["devices"][0]["used_bytes"]
-    used = int(total * 0.85) + 3 * GIB  # the card holds 3 GiB beyond what vLLM accounted for
+    used = math.ceil(total * 0.85) + 3 * GIB  # the card holds 3 GiB beyond what vLLM accounted for
     receipt["landing"]["at_ready"] = nvml_sample(tmp_path, total, used)
     cal = calibrate.measure(basis(receipt))
     from_nvml = used - before - round(3.12 * GIB) - 4 * GIB
@@ -202,7 +202,7 @@ def test_the_plan_says_calibrated_from_the_run_and_uses_its_reserve(project):
     assert "CALIBRATED FROM stub-ready-8k" in budget["message"] and budget["status"] == "OK"
     total = json.loads(H200_PROFILE.read_text())["gpu"]["devices"][0]["total_bytes"]
     assert budget["numbers"]["reserve_bytes"] == cal.reserve_bytes
-    assert budget["numbers"]["budget_bytes"] == int(total * 0.85) - cal.reserve_bytes
+    assert budget["numbers"]["budget_bytes"] == math.ceil(total * 0.85) - cal.reserve_bytes
     assert budget["numbers"]["reserve_calibrated_from"] == "stub-ready-8k" and not budget["numbers"]["reserve_assumed"]
     assert receipt["calibration"]["run_id"] == "stub-ready-8k" and receipt["calibration"]["rows"] == cal.rows
     assert any("GPU SIMULATED" in w for w in receipt["warnings"])

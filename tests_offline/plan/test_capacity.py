@@ -1,8 +1,13 @@
 """Capacity verdicts over plain facts (KIT.md 5), each number worked out in the test."""
-from onegpu.plan.capacity import CHECKS, GPU_CHECKS, TABLE_TITLE, capacity_table, capacity_verdicts
+import math
+
+import pytest
+
+from onegpu.plan.capacity import CHECKS, GPU_CHECKS, capacity_table, capacity_verdicts, table_title
 from onegpu.checkpoint.scan import read_checkpoint
 from onegpu.plan.offload import engine_layout, offload_plan
-from onegpu.plan.offload_rules import ACCOUNTING, RULES, rules_json
+from onegpu.plan.offload_rules import RULES, rules_json
+from onegpu.plan.vllm_versions import DECLARED, accounting_for, assumed_newest
 from onegpu.checkpoint.model import QuantFacts
 from onegpu.plan.kvcache import kv_cache_estimate
 from tests_offline.capacity_facts import (LLAMA_CONFIG, checkpoint_facts, gpu_device, host, layers_table, settings_with,
@@ -33,17 +38,41 @@ def test_every_check_is_judged_in_order_and_a_pass_never_says_fits():
                if v.check in ("gpu_weights", "kv_cache", "host_offload", "host_ram", "disk"))
     table = capacity_table(verdicts)
     assert table[0].split() == ["check", "status", "numbers"] and len(table) == len(CHECKS) + 1
-    assert "never 'fits'" in TABLE_TITLE
+    assert "never 'fits'" in table_title(assumed_newest())
 
 
-def test_gpu_budget_is_085_of_the_card_minus_the_assumed_reserve():
-    v = judge(settings_with())["gpu_budget"]
-    # 96 GiB x 0.85 = 81.6 GiB; minus the ASSUMED 8 GiB reserve = 73.6 GiB
-    assert v.numbers["target_bytes"] == int(96 * GIB * 0.85)
-    assert v.numbers["budget_bytes"] == int(96 * GIB * 0.85) - 8 * GIB
+@pytest.mark.parametrize("version", ["0.32.0", "0.33.0", "0.34.0"])
+def test_gpu_budget_is_085_of_the_card_minus_the_assumed_reserve(version):
+    v = judge(settings_with(), accounting=accounting_for(version, DECLARED, "test"))["gpu_budget"]
+    # ceil(96 GiB x 0.85) = 81.6 GiB (vLLM's request_memory rounds up); minus the ASSUMED 8 GiB reserve = 73.6 GiB
+    assert v.numbers["target_bytes"] == math.ceil(96 * GIB * 0.85)
+    assert v.numbers["budget_bytes"] == math.ceil(96 * GIB * 0.85) - 8 * GIB
     assert v.numbers["reserve_assumed"] is True and "ASSUMED" in v.message
     stated = judge(settings_with(gpu_reserve_gib=4))["gpu_budget"]
-    assert stated.numbers["budget_bytes"] == int(96 * GIB * 0.85) - 4 * GIB and "ASSUMED" not in stated.message
+    assert stated.numbers["budget_bytes"] == math.ceil(96 * GIB * 0.85) - 4 * GIB and "ASSUMED" not in stated.message
+    assert v.numbers["kv_sizing"] == ("extensible" if version == "0.34.0" else "estimate")
+
+
+def test_on_034_a_small_card_is_bound_by_its_headroom_less_the_margin_floor():
+    """0.34's extensible cache gets min(requested, headroom - max(1 GiB, 0.75 x peak)) - the peak
+    (extensible_kv_cache.py:measure_kv_cache_bytes): on a 6 GiB card 0.15 x total is under the 1 GiB floor."""
+    small = gpu_device(total_gib=6, free_gib=6)
+    v34 = judge(settings_with(gpu_reserve_gib=1), gpu=small, accounting=accounting_for("0.34.0", DECLARED, "t"))
+    v33 = judge(settings_with(gpu_reserve_gib=1), gpu=small, accounting=accounting_for("0.33.0", DECLARED, "t"))
+    assert v34["gpu_budget"].numbers["budget_bytes"] == 6 * GIB - GIB - GIB  # headroom 5 GiB - reserve 1 GiB
+    assert v34["gpu_budget"].numbers["budget_binding"] == "device headroom"
+    assert v33["gpu_budget"].numbers["budget_bytes"] == math.ceil(6 * GIB * 0.85) - GIB
+    assert "device headroom" in v34["gpu_budget"].message and "margin floor" in v34["gpu_budget"].message
+
+
+def test_a_busy_card_is_refused_at_start_before_034_and_shrinks_the_budget_from_034_on():
+    busy = gpu_device(total_gib=96, free_gib=60)  # another process holds 36 GiB
+    v33 = judge(settings_with(), gpu=busy, accounting=accounting_for("0.33.0", DECLARED, "t"))
+    v34 = judge(settings_with(), gpu=busy, accounting=accounting_for("0.34.0", DECLARED, "t"))
+    assert (v33["gpu_free"].status, v33["gpu_free"].code) == ("BLOCKED", "INSUFFICIENT_VRAM")
+    assert v34["gpu_free"].status == "OK" and "does not refuse" in v34["gpu_free"].message
+    # 0.34: free 60 GiB - the 1 GiB margin floor = 59 GiB < 81.6 GiB requested; minus the 8 GiB reserve
+    assert v34["gpu_budget"].numbers["budget_bytes"] == 59 * GIB - 8 * GIB
 
 
 def test_weights_left_on_the_gpu_above_the_budget_are_insufficient_vram():
@@ -52,7 +81,7 @@ def test_weights_left_on_the_gpu_above_the_budget_are_insufficient_vram():
     assert (v.status, v.code) == ("BLOCKED", "INSUFFICIENT_VRAM")
     assert v.numbers["weight_bytes"] == 121 * GIB
     assert v.numbers["gpu_resident_bytes"] == 81 * GIB
-    budget = int(96 * GIB * 0.85) - 8 * GIB
+    budget = math.ceil(96 * GIB * 0.85) - 8 * GIB
     assert v.numbers["over_bytes"] == 81 * GIB - budget
     assert "exceeds the GPU budget" in v.message and "by 7.40 GiB" in v.message
 
@@ -76,7 +105,7 @@ def test_kv_that_does_not_fit_beside_the_weights_is_blocked():
     v = judge(settings_with(context_tokens=1048576), layers_table(18, 4))["kv_cache"]
     assert (v.status, v.code) == ("BLOCKED", "KV_DOES_NOT_FIT")
     assert v.numbers["need_bytes"] == 73 * GIB + kv.bytes
-    assert v.numbers["over_bytes"] == 73 * GIB + kv.bytes - (int(96 * GIB * 0.85) - 8 * GIB)
+    assert v.numbers["over_bytes"] == 73 * GIB + kv.bytes - (math.ceil(96 * GIB * 0.85) - 8 * GIB)
 
 
 def test_unknown_kv_is_an_unknown_row_not_a_pass():
@@ -141,9 +170,10 @@ def test_unrecognised_quantization_is_an_unknown_row():
 
 
 def test_driver_free_memory_below_the_utilization_target_is_blocked():
-    # vLLM refuses to start when free < 0.85 x total: 96 x 0.85 = 81.6 GiB > 80 GiB free
-    v = judge(settings_with(), gpu=gpu_device(96, free_gib=80))["gpu_free"]
-    assert (v.status, v.code) == ("BLOCKED", "INSUFFICIENT_VRAM") and v.numbers["need_bytes"] == int(96 * GIB * 0.85)
+    # vLLM (0.32, 0.33) refuses to start when free < 0.85 x total: 96 x 0.85 = 81.6 GiB > 80 GiB free
+    v = judge(settings_with(), gpu=gpu_device(96, free_gib=80),
+              accounting=accounting_for("0.33.0", DECLARED, "test"))["gpu_free"]
+    assert (v.status, v.code) == ("BLOCKED", "INSUFFICIENT_VRAM") and v.numbers["need_bytes"] == math.ceil(96 * GIB * 0.85)
 
 
 def test_no_selected_gpu_makes_gpu_rows_unknown_and_still_judges_the_host():
@@ -240,7 +270,7 @@ def test_host_ram_and_the_cgroup_count_the_pinned_need_where_it_exceeds_the_cap(
 
 def test_the_offload_plan_names_the_layers_on_the_cpu_and_what_stays_on_the_gpu():
     v = judge(settings_with(cpu_offload_gib=50 / 1024, container_ram_gib=9), expert_table())["offload_plan"]
-    assert v.status == "OK" and v.message.startswith(ACCOUNTING)
+    assert v.status == "OK" and v.message.startswith(assumed_newest().label)
     assert "decoder layers 0 whole, layer 1 in part (1 of its 3 parameters, up to " \
            f"{EXPERTS}.w13_weight)" in v.message
     assert "0.02 GiB of weights stay on the GPU" in v.message and "draft (MTP) layers" in v.message
@@ -291,16 +321,30 @@ def test_a_mimo_layer_is_offloaded_in_the_order_the_engine_registers_its_paramet
     assert sizes[f"{EXPERTS}.w13_weight"] == 2 * 128 * 128 and sizes["self_attn.attn.k_scale"] == 4
 
 
-def test_the_repack_is_unknown_for_mxfp4_experts_and_known_for_unquantized_weights():
-    mxfp4 = by_check(capacity_verdicts(settings_with(cpu_offload_gib=1), gpu_device(), host(),
-                                       checkpoint_facts(MIMO_LAYER, config={**LLAMA_CONFIG, "num_hidden_layers": 1},
-                                                        quant=FP8_MXFP4),
-                                       kv_cache_estimate(LLAMA_CONFIG, 8192, None, 2048), GIB))["repack"]
+@pytest.mark.parametrize("version, words", [
+    ("0.32.0", "0.32: replace_parameter registers a new parameter object for every replace"),
+    ("0.33.0", "0.33: replace_parameter keeps the object"),
+    ("0.34.0", "0.34: replace_parameter keeps the object")])
+def test_the_repack_is_unknown_for_mxfp4_experts_and_known_for_unquantized_weights(version, words):
+    accounting = accounting_for(version, DECLARED, "test")
+    verdicts = by_check(capacity_verdicts(settings_with(cpu_offload_gib=1), gpu_device(), host(),
+                                          checkpoint_facts(MIMO_LAYER, config={**LLAMA_CONFIG, "num_hidden_layers": 1},
+                                                           quant=FP8_MXFP4),
+                                          kv_cache_estimate(LLAMA_CONFIG, 8192, None, 2048), GIB,
+                                          accounting=accounting))
+    mxfp4 = verdicts["repack"]
     assert mxfp4.status == "UNKNOWN" and mxfp4.code is None
     experts = 2 * 128 * 128 + 2 * 128 * 8 + 256 * 64 + 256 * 4
     assert mxfp4.numbers["offloaded_expert_bytes"] == experts
-    for shown in ("Marlin", "DeepGEMM", "Humming", "replace_parameter", "back onto the GPU"):
+    for shown in ("Marlin", "DeepGEMM", "Humming", "replace_parameter", words, accounting.label):
         assert shown in mxfp4.message
+    # the re-pin: the four expert parameters pinned again, each rounded up to a power of two, a POSSIBLE cost shown
+    # beside the host verdicts and not counted in them
+    repin = 2 * 128 * 128 + 2 * 128 * 8 + 256 * 64 + 256 * 4  # 32768, 2048, 16384, 1024: powers of two already
+    assert (mxfp4.numbers["repin_bytes"], mxfp4.numbers["repin_certainty"]) == (repin, "possible")
+    host_row = verdicts["host_offload"]
+    assert host_row.numbers["repin_bytes"] == repin and "not counted: a possible repack re-pin" in host_row.message
+    assert host_row.numbers["need_bytes"] == host_row.numbers["peak_bytes"] + host_row.numbers["own_needs_bytes"]
     plain = judge(settings_with(cpu_offload_gib=50 / 1024, container_ram_gib=9), expert_table())["repack"]
     assert plain.status == "OK" and "UnquantizedLinearMethod" in plain.message
     assert judge(settings_with(), expert_table())["repack"].message.startswith("nothing is offloaded")
@@ -341,9 +385,16 @@ def test_draft_layers_numbered_past_the_decoder_are_neither_built_nor_offloaded(
     assert plan.draft_bytes == 6 * MIB and {p.layer for p in plan.offloaded} == {0, 1}
 
 
-def test_offload_rules_name_their_vllm_source():
-    doc = rules_json()
-    assert doc["accounting"] == ACCOUNTING == "vLLM 0.33 accounting"
+@pytest.mark.parametrize("version", ["0.32.0", "0.33.0", "0.34.0"])
+def test_offload_rules_name_their_vllm_source(version):
+    accounting = accounting_for(version, DECLARED, "test")
+    doc = rules_json(accounting)
+    assert doc["accounting"] == accounting.label == f"vLLM {version[:4]} accounting"
+    assert doc["version"]["series"] == version[:4] and doc["version"]["basis"] == DECLARED
+    keys = [r["rule"] for r in doc["rules"]]
+    assert {"repack_version", "kv_block_size", "kv_requested"} <= set(keys)
+    assert ("kv_after_warmup" in keys) == (version == "0.34.0") and ("kv_estimate" in keys) == (version != "0.34.0")
+    assert all(r["sources"] for r in doc["rules"])
     for rule in RULES.values():
         assert rule.sources and all(":" in src or "(" in src for src in rule.sources), rule.key
     assert "uva.py:UVAOffloader._maybe_offload_to_cpu" in RULES["budget"].cite()

@@ -1,5 +1,6 @@
 """Capacity per rank of a TP x PP protocol, on synthetic checkpoints: each expected byte count is worked out here
 from the tensors the test puts in the checkpoint and the vLLM rule it names, never from the code under test."""
+import math
 
 import pytest
 from msgspec.structs import replace
@@ -231,7 +232,7 @@ def test_a_rank_over_its_gpu_budget_blocks_and_is_named():
     v = by_check(verdicts)["gpu_weights"]
     # row-parallel down_proj halves: 10 x 2 GiB + half the 1 GiB embedding on each rank
     resident = 20 * GIB + GIB // 2
-    budget_24 = int(24 * GIB * 0.85) - 8 * GIB
+    budget_24 = math.ceil(24 * GIB * 0.85) - 8 * GIB
     assert (v.status, v.code) == ("BLOCKED", "INSUFFICIENT_VRAM")
     assert v.numbers["worst_rank"] == 1 and v.numbers["over_bytes"] == resident - budget_24
     ranks = {r["rank"]: r for r in v.numbers["ranks"]}

@@ -9,7 +9,8 @@ import stat
 
 import pytest
 
-from onegpu.plan.capacity import CHECKS, TABLE_TITLE
+from onegpu.plan.capacity import CHECKS, table_title
+from onegpu.plan.vllm_versions import assumed_newest
 from onegpu.engine.image import ImageFacts
 from onegpu.core.outcomes import Blocked
 from onegpu.plan.approved import (PLAN_SCHEMA, PlanFileError, describe_settings, load_plan, plan_bytes, plan_changes,
@@ -140,13 +141,14 @@ def test_scan_writes_capacity_table_receipt_and_private_plan(kit_project, engine
     assert {e["outcome"] for e in tests.values()} == {"passed"}, tests
     assert [v["check"] for v in receipt["capacity"]] == list(CHECKS)
     rows = {v["check"]: v for v in receipt["capacity"]}
-    # 3 GiB of headers - 1 GiB offload = 2 GiB on the GPU; KV 2 layers x 2 x 256 x 2 B x 16-token blocks x
-    # (8,192 / 16 blocks + vLLM's null block) = 16 MiB + 32 KiB
+    # 3 GiB of headers - 1 GiB offload = 2 GiB on the GPU; KV 2 layers x 2 x 256 x 2 B x 64-token blocks (vLLM 0.34,
+    # the newest rules, ASSUMED: the scan knows no version of the image) x (8,192 / 64 blocks + the null block)
     assert rows["gpu_weights"]["numbers"]["gpu_resident_bytes"] == 2 * GIB
-    assert rows["kv_cache"]["numbers"]["kv_bytes"] == 2 * 2 * 256 * 2 * 16 * (8192 // 16 + 1)
+    assert rows["kv_cache"]["numbers"]["kv_bytes"] == 2 * 2 * 256 * 2 * 64 * (8192 // 64 + 1)
+    assert receipt["capacity_accounting"]["version"]["basis"] == "ASSUMED"
     assert rows["disk"]["status"] == "UNKNOWN"  # the profile records no run-folder disk: shown, not hidden
     assert any(w.startswith("capacity disk UNKNOWN") for w in receipt["warnings"])
-    result.stdout.fnmatch_lines([TABLE_TITLE, "*GPU part of weights*OK*no definite failure*", "*KV cache*OK*"])
+    result.stdout.fnmatch_lines([table_title(assumed_newest()), "*GPU part of weights*OK*no definite failure*", "*KV cache*OK*"])
     plan_file = folder / "plan.json"
     assert stat.S_IMODE(plan_file.stat().st_mode) == 0o600
     assert receipt["plan"]["sha256"] == hashlib.sha256(plan_file.read_bytes()).hexdigest()

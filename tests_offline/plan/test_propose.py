@@ -84,7 +84,7 @@ def test_a_request_without_its_identity_lists_every_missing_field():
 def test_the_offload_is_the_smallest_whole_gib_that_passes_the_capacity_checks():
     # 40 decoder layers x 3 GiB + a 1 GiB embedding = 121 GiB of headers on a 96 GiB card
     p, ckpt, kv = proposal_for(layers_table(40, 3), gpu_device())
-    budget = int(96 * GIB * 0.85) - 8 * GIB  # the 0.85 target minus the ASSUMED 8 GiB reserve
+    budget = math.ceil(96 * GIB * 0.85) - 8 * GIB  # the 0.85 target minus the ASSUMED 8 GiB reserve
     need = 121 * GIB + kv.bytes - budget  # about 47.5 GiB: 16 whole 3 GiB layers (48 GiB) must leave the GPU
     assert math.ceil(need / (3 * GIB)) == 16
     # the engine moves a whole parameter while its total is below the budget: any budget above the 45 GiB of the
@@ -128,7 +128,7 @@ def moe_layers_table(layers: int = 40) -> dict:
 def test_selective_expert_offload_is_shown_as_a_choice_to_measure_not_a_faster_result():
     config = {**LLAMA_CONFIG, "num_hidden_layers": 40}
     p, _, kv = proposal_for(moe_layers_table(), gpu_device(), config=config)
-    need = 81 * GIB + kv.bytes - (int(96 * GIB * 0.85) - 8 * GIB)  # about 7.7 GiB
+    need = 81 * GIB + kv.bytes - (math.ceil(96 * GIB * 0.85) - 8 * GIB)  # about 7.7 GiB
     # engine order per layer: o_proj 0.5, w13 1, w2 0.5 GiB; layer 3's w2 reaches the need after 7.5 GiB
     assert 7.5 * GIB < need <= 8 * GIB and p.proposed and p.settings["cpu_offload_gib"] == 8
     sel = {a["name"]: a for a in p.alternatives}["selective expert offload"]
@@ -151,7 +151,7 @@ def test_weights_that_fit_get_no_offload_and_the_containers_own_needs():
 def test_embeddings_beyond_the_card_say_no_offload_can_help_and_by_how_much():
     table = {**layers_table(4, 2), "lm_head.weight": ("BF16", [80 * GIB // 2048, 1024])}
     p, _, kv = proposal_for(table, gpu_device())
-    stays, budget = 81 * GIB, int(96 * GIB * 0.85) - 8 * GIB  # embedding 1 GiB + head 80 GiB stay on the GPU
+    stays, budget = 81 * GIB, math.ceil(96 * GIB * 0.85) - 8 * GIB  # embedding 1 GiB + head 80 GiB stay on the GPU
     first = p.blockers[0]
     assert not p.proposed and p.settings is None
     assert (first["check"], first["code"]) == ("offload", "INSUFFICIENT_VRAM")
@@ -209,7 +209,7 @@ def test_a_calibrated_reserve_is_carried_into_the_proposed_settings():
                       "0.11.0", "NVIDIA RTX PRO 6000")
     p, ckpt, kv = proposal_for(layers_table(40, 3), gpu_device(), calibration=cal)
     assert p.settings["gpu_reserve_gib"] == 5.13 and p.reserve["calibrated_from"] == "run-a"  # rounded up, not down
-    budget = int(96 * GIB * 0.85) - round(5.13 * GIB)
+    budget = math.ceil(96 * GIB * 0.85) - round(5.13 * GIB)
     layers = math.ceil((121 * GIB + kv.bytes - budget) / (3 * GIB))  # whole 3 GiB layers that must leave the GPU
     assert p.settings["cpu_offload_gib"] == (layers - 1) * 3 + 1  # the smallest whole GiB that moves them all
     assert any("CALIBRATED FROM run-a" in d for _, _, d in p.rows)
@@ -268,7 +268,7 @@ def test_a_scan_with_a_request_writes_a_private_proposal_and_shows_the_table(kit
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     doc = json.loads(path.read_text())
     total = 102641958912  # the research target's RTX PRO 6000 in the profile
-    budget = int(total * 0.85) - 8 * GIB
+    budget = math.ceil(total * 0.85) - 8 * GIB
     need = 121 * GIB + 8192 * 40 * 1024 - budget  # KV: 40 layers x 2 KV heads x (128 K + 128 V) x 2 B per token
     # whole 3 GiB layers until the need is met; any whole GiB above the layers before the last moves it too
     layers = math.ceil(need / (3 * GIB))

@@ -294,7 +294,7 @@ def test_receipt_capacity_matches_the_config_and_the_settings(scan, demo):
     weight_map = index_of(demo["root"])["weight_map"]
     total = sum(nbytes(*expected_tensor(n, c)[1:]) for n in weight_map)
     gpu_total = json.loads(PROFILE.read_text())["gpu"]["devices"][s["gpu"]]["total_bytes"]
-    budget = int(gpu_total * 0.85) - s["gpu_reserve_gib"] * GIB
+    budget = math.ceil(gpu_total * 0.85) - s["gpu_reserve_gib"] * GIB
     engine = engine_offload(c, weight_map, s["cpu_offload_gib"] * GIB)
     resident = engine["loaded"] - engine["offloaded"]
     assert engine["loaded"] == total - engine["mtp"] + 16 * c["num_hidden_layers"]

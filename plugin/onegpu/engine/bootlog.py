@@ -34,6 +34,14 @@ _LOAD = re.compile(rf"Model loading took\s*({NUM})\s*(?:GiB|GB)(?:\s+memory)?\s+
 _LOAD_OLD = re.compile(rf"Loading model weights took\s*({NUM})\s*(?:GiB|GB)")
 _WEIGHTS = re.compile(rf"Loading weights took\s*({NUM})\s*s")
 _OFFLOAD = re.compile(rf"Total CPU offloaded parameters:\s*({NUM})")
+# vLLM 0.34's extensible KV cache (v1/worker/extensible_kv_cache.py: measure_kv_cache_blocks, extend_kv_cache): the
+# memory measured after warmup, and the blocks committed then. Numbers are format_gib's round(x, 2) printed by %s.
+_AFTER_WARMUP = re.compile(
+    rf"Memory after warmup:\s*({NUM}) GiB free,\s*({NUM}) GiB committed to the KV cache,\s*({NUM}) GiB kept for "
+    rf"transient activations \(({NUM}) GiB allocated at peak,\s*({NUM}) GiB of torch reservation growth\);\s*"
+    rf"({NUM}) KV cache blocks \(({NUM}) GiB\) fit within the requested ({NUM}) GiB\.\s*Torch may reserve up to "
+    rf"({NUM}) GiB")
+_EXTENDED = re.compile(rf"Extended KV cache to ({NUM}) blocks \(({NUM}) GiB\)")
 _VERSIONS = [re.compile(r"vLLM (?:API )?server version\s+([^\s,]+)"),
              re.compile(r"Initializing an? (?:V\d )?LLM engine \(v([^)\s]+)\)"),
              re.compile(r"█.*\bversion\s+(\S+)")]
@@ -45,7 +53,8 @@ FAILURE_PATTERNS: list[tuple[str, re.Pattern]] = [
                             r"Failed to load model - not enough GPU memory")),
     ("NO_KV_MEMORY", re.compile(r"No available memory for the cache blocks|KV cache is needed, which is larger "
                                 r"than the available KV cache memory|insufficient\b.*\bKV cache|"
-                                r"on kv cache allocation is less than requested memory for kv", re.I)),
+                                r"on kv cache allocation is less than requested memory for kv|"
+                                r"Cannot auto-fit max_model_len: not enough GPU memory", re.I)),
     ("GPU_BUSY", re.compile(r"Free memory on device \S+ \([^)]*\) on startup is less than (?:desired GPU memory "
                             r"utilization|the engine's budget after excluding external process's weights)|"
                             r"Externally held weights on device \S+ \([^)]*\) exceed the desired GPU memory")),
@@ -89,6 +98,20 @@ _GENERIC = re.compile(r"Engine core initialization failed\. See root cause above
                       r"stack trace|^RuntimeError: cancelled$")
 
 
+class KvAfterWarmup(Struct, frozen=True):
+    """vLLM 0.34's "Memory after warmup: ..." line: what its extensible KV cache was sized from (GiB)."""
+
+    free_gib: float  # device memory free after warmup (torch's cache emptied)
+    committed_gib: float  # KV blocks warmup had committed by then
+    transient_gib: float  # kept free for transient activations: max(peak, torch reservation growth)
+    peak_gib: float  # allocated at peak during warmup, beyond what stays allocated
+    growth_gib: float  # torch's reservation growth over a sizing step
+    blocks: int  # KV cache blocks that fit
+    blocks_gib: float  # those blocks x the bytes of one block (not granule-rounded)
+    requested_gib: float  # ceil(total x --gpu-memory-utilization)
+    torch_limit_gib: float  # what torch's caching allocator may reserve from now on
+
+
 class BootFacts(Struct, frozen=True):
     """What a boot log states; None where the log does not say (GiB, tokens, seconds)."""
 
@@ -103,6 +126,9 @@ class BootFacts(Struct, frozen=True):
     vllm_version: str | None = None
     kv_cache_device: str | None = None  # "GPU", "CPU", "GPU + host": whose memory holds the KV pool
     weights_load_s: float | None = None  # "Loading weights took": reading the checkpoint, part of load_s
+    kv_after_warmup: KvAfterWarmup | None = None  # vLLM 0.34's extensible KV cache: the memory it was sized from
+    kv_extended_blocks: int | None = None  # 0.34: "Extended KV cache to N blocks (X GiB)": the blocks committed
+    kv_extended_gib: float | None = None  # ... and their physical bytes (whole granules per segment)
 
 
 class Failure(Struct, frozen=True):
@@ -140,6 +166,7 @@ def parse_boot_log(text: str) -> BootFacts:
     conc, load, offload = _last(_CONCURRENCY, text), _last(_LOAD, text), _last(_OFFLOAD, text)
     load_old = _last(_LOAD_OLD, text) if load is None else None
     weights = _last(_WEIGHTS, text)
+    warm, extended = _last(_AFTER_WARMUP, text), _last(_EXTENDED, text)
     version = None
     for pattern in _VERSIONS:
         found = pattern.search(text)
@@ -158,7 +185,16 @@ def parse_boot_log(text: str) -> BootFacts:
         vllm_version=version,
         kv_cache_device=kv_tokens.group(1) if kv_tokens else None,
         weights_load_s=_number(weights.group(1)) if weights else None,
+        kv_after_warmup=_after_warmup(warm) if warm else None,
+        kv_extended_blocks=int(_number(extended.group(1))) if extended else None,
+        kv_extended_gib=_number(extended.group(2)) if extended else None,
     )
+
+
+def _after_warmup(match: re.Match) -> KvAfterWarmup:
+    n = [_number(g) for g in match.groups()]
+    return KvAfterWarmup(free_gib=n[0], committed_gib=n[1], transient_gib=n[2], peak_gib=n[3], growth_gib=n[4],
+                         blocks=int(n[5]), blocks_gib=n[6], requested_gib=n[7], torch_limit_gib=n[8])
 
 
 def _message(line: str) -> str:

@@ -234,6 +234,7 @@ class GpuLockSection(TypedDict, total=False):
 
 
 class ProbeSection(TypedDict, total=False):
+    accounting: Any  # the rules the probed version is planned with (onegpu.plan.vllm_versions.Accounting.as_json)
     code: Any  # code, message, numbers: a blocked probe (Blocked.as_json)
     cuda_device_count: Any
     elapsed_s: Any
@@ -287,6 +288,7 @@ class SamplesSection(TypedDict, total=False):
 
 
 class LandingSection(TypedDict, total=False):
+    kv_after_warmup: Any  # vLLM 0.34's extensible KV cache against the plan (onegpu.plan.landing_kv)
     at: Any
     at_ready: Any
     errors: Any

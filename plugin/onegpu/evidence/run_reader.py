@@ -103,3 +103,46 @@ def read_samples(folder: Path) -> list[dict]:
         if isinstance(value, dict):
             samples.append(value)
     return samples
+
+
+class RecordedVersion(Struct, frozen=True):
+    """The vLLM version an earlier runtime probe read in an image, and the run folder that recorded it."""
+
+    version: str
+    folder: Path
+
+
+def _probe_of(folder: Path) -> tuple[object, object]:
+    """(image ID, vLLM version) an earlier session's probe recorded; (None, None) when its receipt does not say."""
+    path = folder / "receipt.json"
+    try:
+        raw = path.read_bytes()
+        if len(raw) > MAX_RECEIPT_BYTES:
+            return None, None
+        receipt = apply_journal(strict_json.loads(raw), folder)
+    except (OSError, ValueError, TypeError, AttributeError, UnicodeDecodeError, strict_json.StrictJSONError):
+        return None, None  # not a receipt the kit can read: it records nothing
+    if not isinstance(receipt, dict) or receipt.get("schema") != RECEIPT_SCHEMA:
+        return None, None
+    probe, launch = receipt.get("probe"), receipt.get("launch")
+    if not isinstance(probe, dict) or not isinstance(launch, dict):
+        return None, None
+    numbers = probe.get("numbers")
+    blocked_read = numbers.get("vllm_version") if isinstance(numbers, dict) else None
+    return launch.get("image_id"), probe.get("vllm_version") or blocked_read
+
+
+def recorded_vllm_version(parent: Path, image_id: str, skip: Path | None = None,
+                          newest: int = 200) -> RecordedVersion | None:
+    """The vLLM version the newest earlier runtime probe of `image_id` recorded among the run folders in `parent`
+    (the `newest` folders by name, which starts with their UTC time); None when none did."""
+    try:
+        folders = sorted((p for p in parent.iterdir() if p.is_dir() and p != skip), key=lambda p: p.name,
+                         reverse=True)[:newest]
+    except OSError:
+        return None
+    for folder in folders:
+        probed_image, version = _probe_of(folder)
+        if probed_image == image_id and isinstance(version, str) and version:
+            return RecordedVersion(version, folder)
+    return None

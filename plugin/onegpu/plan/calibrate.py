@@ -245,7 +245,7 @@ def measure(run: RunBasis, now: CurrentBasis | None = None) -> Calibration:
 
     Raises CalibrationError when the measurements are negative (numbers that contradict each other).
     """
-    target = int(run.gpu_total_bytes * run.gpu_utilization)
+    target = math.ceil(run.gpu_total_bytes * run.gpu_utilization)  # as vLLM's request_memory rounds
     from_log = target - run.load_bytes - run.kv_pool_bytes
     rows = [f"vLLM's accounting (boot log): {run.gpu_utilization:g} x {gib(run.gpu_total_bytes)} = {gib(target)} "
             f"minus weights loaded {gib(run.load_bytes)} minus KV pool {gib(run.kv_pool_bytes)} = {gib(from_log)}"]

@@ -2,32 +2,40 @@
 
 KIT.md 5. Header bytes are not the loaded footprint, so OK means "no definite failure found", never "fits".
 Each verdict carries its numbers (bytes); UNKNOWN is shown with its reason and never blocks. Where the CPU
-offload lands and what it pins in host RAM follow vLLM 0.33's offloader rule by rule (onegpu.plan.offload, whose RULES
-name the vLLM file and function of each): the host verdicts count the bytes vLLM pins, not the budget.
+offload lands and what it pins in host RAM follow vLLM's offloader rule by rule (onegpu.plan.offload, whose RULES
+name the vLLM file and function of each): the host verdicts count the bytes vLLM pins, not the budget. What differs
+between vLLM releases (the KV block, how the KV cache is sized, what a repack re-pins) follows the version the plan
+applies (onegpu.plan.vllm_versions), named in every row that depends on it.
 """
 from __future__ import annotations
 
+import math
 from itertools import compress
 
-from msgspec import Struct, field
+from msgspec.structs import replace
 
 from onegpu.checkpoint.model import CheckpointFacts
 from onegpu.machine.model import GpuDevice, HostFacts
 from onegpu.plan.kvcache import KvEstimate
-from onegpu.plan.offload import OffloadPlan, expert_method, offload_plan, where_lines
-from onegpu.plan.offload_rules import ACCOUNTING, RULES
-from onegpu.core.outcomes import Blocked
+from onegpu.plan.kv_sizing import GPU_UTILIZATION, KvBudget, budget_text, kv_budget
+from onegpu.plan.offload import OffloadPlan, offload_plan, where_lines
+from onegpu.plan.offload_rules import RULES
+from onegpu.plan.repack import NONE as NO_REPIN, RepinCost, repack_verdict, repin_cost, repin_short
+from onegpu.plan.verdict import Verdict, blocked as _blocked, ok as _ok, unknown as _unknown
+from onegpu.plan.vllm_versions import Accounting, VersionRules, assumed_newest
 from onegpu.core.units import GIB, gib
 from onegpu.checkpoint.towers import has_towers  # the tower sections of config.json, as the launch reads them
 
-GPU_UTILIZATION = 0.85  # the kit's fixed allocation target (--gpu-memory-utilization)
 # Named assumption: what the engine container needs for itself besides the offloaded weights (engine process,
 # tokenizer, CUDA host context, Python heap). Shown as ASSUMED wherever it is used.
 CONTAINER_OWN_NEEDS_BYTES = 8 * GIB
 RUN_FOLDER_DISK_NEED_BYTES = 1 * GIB  # engine log, responses, samples, receipt and report of one run
 
-TABLE_TITLE = (f"onegpu capacity, {ACCOUNTING} (header bytes are not the loaded footprint; a pass means no definite "
-               "failure found, never 'fits')")
+def table_title(accounting: Accounting) -> str:
+    return (f"onegpu capacity, {accounting.label} (header bytes are not the loaded footprint; a pass means no "
+            "definite failure found, never 'fits')")
+
+
 CHECKS = ("weights", "quantization", "offload_plan", "gpu_free", "gpu_budget", "gpu_weights", "kv_cache",
           "host_offload", "host_ram", "cgroup", "repack", "disk")
 GPU_CHECKS = ("gpu_free", "gpu_budget", "gpu_weights", "kv_cache")
@@ -40,37 +48,6 @@ _OWN_NEEDS = f"{gib(CONTAINER_OWN_NEEDS_BYTES)} ASSUMED for the container's own 
              "tokenizer, CUDA host context)"
 UNCONFIRMED = ("UNCONFIRMED: exact pinning is read from vLLM's source, not yet measured; a measured landing "
                "(container memory at READY) confirms it")
-
-
-class Verdict(Struct, frozen=True):
-    """One capacity check: OK (no definite failure), BLOCKED (code) or UNKNOWN (reason), with its numbers."""
-
-    check: str
-    status: str  # "OK" | "BLOCKED" | "UNKNOWN"
-    code: str | None
-    message: str
-    numbers: dict = field(default_factory=dict)
-
-    def blocked(self) -> Blocked:
-        """The Blocked outcome of a BLOCKED verdict (for the pytest layer to raise)."""
-        assert self.code is not None, "a BLOCKED verdict carries its code"
-        return Blocked(self.code, self.message, dict(self.numbers))
-
-    def as_json(self) -> dict:
-        return {"check": self.check, "status": self.status, "code": self.code, "message": self.message,
-                "numbers": dict(self.numbers)}
-
-
-def _ok(check, message, **numbers) -> Verdict:
-    return Verdict(check, "OK", None, message, numbers)
-
-
-def _blocked(check, code, message, **numbers) -> Verdict:
-    return Verdict(check, "BLOCKED", code, message, numbers)
-
-
-def _unknown(check, message, **numbers) -> Verdict:
-    return Verdict(check, "UNKNOWN", None, message, numbers)
 
 
 def _gib_bytes(value_gib: float) -> int:
@@ -96,28 +73,44 @@ def plan_for(settings, ckpt: CheckpointFacts) -> OffloadPlan:
     return kit_plan(ckpt, _gib_bytes(settings.cpu_offload_gib), pinning_of(settings))
 
 
+def gpu_kv_budget(settings, gpu: GpuDevice, rules: VersionRules, calibration=None) -> KvBudget:
+    """What the card leaves for weights and KV after the non-weight reserve (settings' or calibrated)."""
+    reserve = calibration.reserve_bytes if calibration is not None else _gib_bytes(settings.gpu_reserve_gib)
+    return kv_budget(gpu.total_bytes, gpu.free_bytes, reserve, rules)
+
+
 def capacity_verdicts(settings, gpu: GpuDevice | None, host: HostFacts, ckpt: CheckpointFacts, kv: KvEstimate,
                       run_disk_free_bytes: int | None, gpu_missing_reason: str | None = None,
-                      calibration=None) -> list[Verdict]:
+                      calibration=None, accounting: Accounting | None = None) -> list[Verdict]:
     """Every check of KIT.md 5, in CHECKS order. Pure: no file, device or daemon is consulted.
 
-    `calibration` (onegpu.plan.calibrate.Calibration) replaces the settings' non-weight reserve by a measured one.
+    `calibration` (onegpu.plan.calibrate.Calibration) replaces the settings' non-weight reserve by a measured one;
+    `accounting` is the vLLM version whose rules apply (the newest known, ASSUMED, when None).
     """
+    accounting = accounting or assumed_newest()
     plan = plan_for(settings, ckpt)
     cap = _gib_bytes(settings.container_ram_gib)
-    container_need = plan.peak_bytes + CONTAINER_OWN_NEEDS_BYTES
-    verdicts = [_weights(ckpt), _quantization(ckpt), _offload_plan(ckpt, plan)]
+    repin = repin_cost(ckpt, plan, accounting)
+    container_need = plan.peak_bytes + CONTAINER_OWN_NEEDS_BYTES + (repin.bytes if repin.certainty == "certain" else 0)
+    verdicts = [_weights(ckpt), _quantization(ckpt), _offload_plan(ckpt, plan, accounting)]
     if gpu is None:
         why = gpu_missing_reason or "no GPU is selected"
         verdicts += [_unknown(c, f"{why}: the GPU side is not known and no number is assumed") for c in GPU_CHECKS]
     else:
-        reserve = calibration.reserve_bytes if calibration is not None else _gib_bytes(settings.gpu_reserve_gib)
-        budget = int(gpu.total_bytes * GPU_UTILIZATION) - reserve
-        verdicts += [_gpu_free(gpu), _gpu_budget(settings, gpu, budget, calibration),
-                     _gpu_weights(ckpt, plan, budget), _kv_cache(kv, plan.gpu_resident_bytes, budget)]
-    verdicts += [_host_offload(plan, cap), _host_ram(settings, host, cap, plan, container_need),
-                 _cgroup(settings, host, cap, container_need), _repack(ckpt, plan), _disk(run_disk_free_bytes)]
-    return verdicts
+        budget = gpu_kv_budget(settings, gpu, accounting.rules, calibration)
+        verdicts += [_gpu_free(gpu, accounting), _gpu_budget(settings, gpu, budget, calibration),
+                     _gpu_weights(ckpt, plan, budget.budget_bytes),
+                     _kv_cache(kv, plan.gpu_resident_bytes, budget.budget_bytes)]
+    verdicts += [_host_offload(plan, cap, accounting=accounting, repin=repin),
+                 _host_ram(settings, host, cap, plan, container_need, repin),
+                 _cgroup(settings, host, cap, container_need), repack_verdict(ckpt, plan, accounting),
+                 _disk(run_disk_free_bytes)]
+    return named(verdicts, accounting)
+
+
+def named(verdicts: list[Verdict], accounting: Accounting) -> list[Verdict]:
+    """Every row carries the accounting it was judged by (the receipt's numbers, the report's column)."""
+    return [replace(v, numbers={**v.numbers, "accounting": accounting.label}) for v in verdicts]
 
 
 def _weights(ckpt: CheckpointFacts) -> Verdict:
@@ -159,9 +152,17 @@ def _quantization(ckpt: CheckpointFacts) -> Verdict:
     return _ok("quantization", f"recognised: {q.description}")
 
 
-def _gpu_free(gpu: GpuDevice) -> Verdict:
-    need = int(gpu.total_bytes * GPU_UTILIZATION)
-    nums = dict(free_bytes=gpu.free_bytes, total_bytes=gpu.total_bytes, need_bytes=need)
+def _gpu_free(gpu: GpuDevice, accounting: Accounting) -> Verdict:
+    need = math.ceil(gpu.total_bytes * GPU_UTILIZATION)
+    nums = dict(free_bytes=gpu.free_bytes, total_bytes=gpu.total_bytes, need_bytes=need, accounting=accounting.label)
+    if accounting.rules.kv_sizing == "extensible":
+        # 0.34's request_memory refuses nothing with the extensible cache: a busy card leaves a smaller cache, which
+        # the GPU budget's device headroom bound counts from the free figure.
+        state = "at or above" if gpu.free_bytes >= need else "below"
+        return _ok("gpu_free", f"{accounting.label}: driver-reported free {gib(gpu.free_bytes)} is {state} "
+                               f"{GPU_UTILIZATION} x total {gib(gpu.total_bytes)} = {gib(need)}; with the extensible "
+                               "KV cache the engine does not refuse to start below it (vllm/v1/worker/utils.py:"
+                               "request_memory), the GPU budget counts the free figure instead", **nums)
     if gpu.free_bytes < need:
         return _blocked("gpu_free", "INSUFFICIENT_VRAM",
                         f"GPU {gpu.index} driver-reported free {gib(gpu.free_bytes)} is below {GPU_UTILIZATION} x "
@@ -182,13 +183,18 @@ def _reserve_text(settings, calibration=None) -> str:
     return f"{shown} ASSUMED ({why})"
 
 
-def _gpu_budget(settings, gpu: GpuDevice, budget: int, calibration=None) -> Verdict:
-    target = int(gpu.total_bytes * GPU_UTILIZATION)
-    text = (f"{gib(gpu.total_bytes)} x {GPU_UTILIZATION} = {gib(target)} minus non-weight reserve "
-            f"{_reserve_text(settings, calibration)} = {gib(budget)} for weights and KV")
-    nums = dict(total_bytes=gpu.total_bytes, target_bytes=target, reserve_bytes=target - budget, budget_bytes=budget,
+def _gpu_budget(settings, gpu: GpuDevice, kv_budget: KvBudget, calibration=None) -> Verdict:
+    target, budget = kv_budget.requested_bytes, kv_budget.budget_bytes
+    reserve = target - budget if kv_budget.binding == "requested" else (kv_budget.headroom_bound_bytes or 0) - budget
+    top = (f"{gib(gpu.total_bytes)} x {GPU_UTILIZATION} = {gib(target)}" if kv_budget.binding == "requested" else
+           f"device headroom {gib(kv_budget.headroom_bound_bytes or 0)} (below {gib(gpu.total_bytes)} x "
+           f"{GPU_UTILIZATION} = {gib(target)})")
+    text = (f"{top} minus non-weight reserve {_reserve_text(settings, calibration)} = {gib(budget)} for weights and "
+            f"KV; {budget_text(kv_budget)}")
+    nums = dict(total_bytes=gpu.total_bytes, target_bytes=target, reserve_bytes=reserve, budget_bytes=budget,
                 reserve_assumed="gpu_reserve_gib" in settings.assumed and calibration is None,
-                reserve_calibrated_from=calibration.run_id if calibration is not None else None)
+                reserve_calibrated_from=calibration.run_id if calibration is not None else None,
+                **kv_budget.as_numbers())
     if budget <= 0:
         return _blocked("gpu_budget", "INSUFFICIENT_VRAM", f"{text}: nothing is left for weights", **nums)
     return _ok("gpu_budget", text, **nums)
@@ -207,7 +213,7 @@ def _pinning_text(plan: OffloadPlan) -> str:
     return f"pinned {gib(plan.pinned_rounded_bytes)}, a certain cost ({_ROUNDED_RULE})"
 
 
-def _offload_plan(ckpt: CheckpointFacts, plan: OffloadPlan) -> Verdict:
+def _offload_plan(ckpt: CheckpointFacts, plan: OffloadPlan, accounting: Accounting) -> Verdict:
     """Where the engine puts the weights: the towers, the decoder layers in order, what stays, what is not loaded."""
     towers = has_towers(ckpt.config or {})
     nums = dict(budget_bytes=plan.budget_bytes, offloaded_bytes=plan.offloaded_bytes, parameters=len(plan.offloaded),
@@ -219,12 +225,12 @@ def _offload_plan(ckpt: CheckpointFacts, plan: OffloadPlan) -> Verdict:
                 layers_on_cpu=len(plan.layers_on_cpu), partial_layer=plan.partial_layer,
                 decoder_layers=plan.decoder_layers, tower_bytes=sum(plan.towers.values()),
                 towers_left_out=plan.language_model_only and bool(plan.towers or towers),
-                accounting=ACCOUNTING, rules=["order", "budget", "stays", "not_loaded", "engine_params",
+                accounting=accounting.label, rules=["order", "budget", "stays", "not_loaded", "engine_params",
                                               plan.pinning if plan.pinning == "exact" else "pinned", "transient",
                                               "logged"])
     if not ckpt.tensors:
         return _unknown("offload_plan", "no per-tensor facts: where the offload lands cannot be computed", **nums)
-    parts = [f"{ACCOUNTING}: {where_lines(plan)}"]
+    parts = [f"{accounting.label}: {where_lines(plan)}"]
     if plan.offloaded:
         parts.append(f"{len(plan.offloaded)} engine parameters moved whole, in the engine's order, until the budget "
                      f"{gib(plan.budget_bytes)} is crossed ({RULES['budget'].short()}, utils.py:make_layers) = "
@@ -280,7 +286,8 @@ def _kv_cache(kv: KvEstimate, resident: int, budget: int) -> Verdict:
     nums = dict(kv_bytes=kv.bytes, gpu_resident_bytes=resident, need_bytes=need, gpu_budget_bytes=budget,
                 context_tokens=kv.context_tokens, kv_dtype=kv.kv_dtype)
     if kv.pool is not None:  # what the landing needs to turn a pool into tokens as the engine does
-        nums.update(pool_bytes_per_block=kv.pool.bytes_per_block, pool_blocks_per_request=kv.pool.blocks_per_request)
+        nums.update(pool_bytes_per_block=kv.pool.bytes_per_block, pool_blocks_per_request=kv.pool.blocks_per_request,
+                    pool_layer_segments=kv.pool.layers_per_group, block_size=kv.block_size, accounting=kv.accounting)
     text = (f"KV for {kv.context_tokens:,} tokens, one sequence ({kv.kv_dtype}, {kv.accounting}: one request's "
             f"blocks + the null block) {gib(kv.bytes)} + GPU part of weights {gib(resident)} = {gib(need)}")
     if need > budget:
@@ -296,24 +303,39 @@ def _pinned_need_text(plan: OffloadPlan) -> str:
             "of the parameter being pinned)")
 
 
+def _repin_clause(repin: RepinCost, need: int, cap: int, what: str) -> str:
+    """How a repack's re-pin stands against a cap: counted when certain, shown with its effect when possible."""
+    if repin.certainty is None:
+        return ""
+    if repin.certainty == "certain":
+        return f"; counted: {repin_short(repin)}"
+    after = need + repin.bytes
+    effect = (f"would exceed the {what} {gib(cap)} by {gib(after - cap)}" if after > cap
+              else f"would still fit the {what} {gib(cap)}")
+    return f"; not counted: {repin_short(repin)}: with it {gib(after)}, which {effect}"
+
+
 def _host_offload(plan: OffloadPlan, cap: int, own_needs: int = CONTAINER_OWN_NEEDS_BYTES,
-                  own_text: str = _OWN_NEEDS) -> Verdict:
+                  own_text: str = _OWN_NEEDS, accounting: Accounting | None = None,
+                  repin: RepinCost = NO_REPIN) -> Verdict:
     """The container's RAM cap against what it must hold; `own_needs` and `own_text` name the ASSUMED needs of
-    the engine's own processes (one engine process by default)."""
+    the engine's own processes (one engine process by default); a repack's re-pin is counted when certain."""
+    accounting = accounting or assumed_newest()
     room = cap - own_needs
-    need = plan.peak_bytes + own_needs
+    need = plan.peak_bytes + own_needs + (repin.bytes if repin.certainty == "certain" else 0)
     nums = dict(offloaded_bytes=plan.offloaded_bytes, pinned_bytes=plan.pinned_bytes,
                 pinned_rounded_bytes=plan.pinned_rounded_bytes, pinned_exact_bytes=plan.pinned_exact_bytes,
                 peak_bytes=plan.peak_bytes, pinning=plan.pinning, pinning_confirmed=plan.pinning == "rounded",
                 container_ram_cap_bytes=cap, own_needs_bytes=own_needs, room_bytes=room,
-                need_bytes=need, own_needs_assumed=True, accounting=ACCOUNTING)
+                need_bytes=need, own_needs_assumed=True, accounting=accounting.label, **repin.as_numbers())
     if not plan.offloaded:
         text = f"nothing is offloaded, nothing is pinned; RAM cap {gib(cap)} minus {own_text} leaves {gib(room)}"
         if need > cap:  # the container's own needs alone do not fit its cap
             return _blocked("host_offload", "INSUFFICIENT_HOST_RAM",
                             f"the container's own needs exceed its RAM cap by {gib(need - cap)}: {text}", **nums)
         return _ok("host_offload", f"no definite failure: {text}", **nums)
-    text = f"{_pinned_need_text(plan)} + {own_text} = {gib(need)} vs RAM cap {gib(cap)}"
+    text = (f"{_pinned_need_text(plan)} + {own_text} = {gib(need)} vs RAM cap {gib(cap)}"
+            f"{_repin_clause(repin, need, cap, 'RAM cap')}")
     if plan.pinning == "exact":
         text += f"; {UNCONFIRMED}"
     if need > cap:
@@ -331,20 +353,29 @@ def _host_need(cap: int, container_need: int, headroom: int) -> tuple[int, str]:
                            f"{gib(headroom)}"
 
 
-def _host_ram(settings, host: HostFacts, cap: int, plan: OffloadPlan, container_need: int) -> Verdict:
+def _host_ram(settings, host: HostFacts, cap: int, plan: OffloadPlan, container_need: int,
+              repin: RepinCost = NO_REPIN) -> Verdict:
     headroom = _gib_bytes(settings.host_headroom_gib)
     need, how = _host_need(cap, container_need, headroom)
     nums = dict(container_ram_cap_bytes=cap, host_headroom_bytes=headroom, need_bytes=need,
                 container_need_bytes=container_need, pinned_bytes=plan.pinned_bytes,
-                host_available_bytes=host.ram_available_bytes, pinning=plan.pinning)
+                host_available_bytes=host.ram_available_bytes, pinning=plan.pinning, **repin.as_numbers())
     if host.ram_available_bytes is None:
         return _unknown("host_ram", f"host RAM unknown (the replayed profile leaves it unset; state it with "
                                     f"--host-ram-gib N): {how} = {gib(need)} cannot be checked", **nums)
     who = "stated by the operator" if host.ram_stated_by_operator else "available now"
     text = f"{how} = {gib(need)} vs host RAM {who} {gib(host.ram_available_bytes)}"
     if need > host.ram_available_bytes:
-        return _blocked("host_ram", "INSUFFICIENT_HOST_RAM",
-                        f"{text}: short by {gib(need - host.ram_available_bytes)}", **nums)
+        text += f": short by {gib(need - host.ram_available_bytes)}"
+    if repin.certainty == "possible":
+        # the re-pin lands in the container: it moves the host figure only where it lifts the container above its cap
+        lifted = max(cap, container_need + repin.bytes) + headroom
+        if lifted > need:
+            text += (f"; not counted: {repin_short(repin)}: with it the host would need {gib(lifted)}, which "
+                     + (f"exceeds it by {gib(lifted - host.ram_available_bytes)}"
+                        if lifted > host.ram_available_bytes else "still fits"))
+    if need > host.ram_available_bytes:
+        return _blocked("host_ram", "INSUFFICIENT_HOST_RAM", text, **nums)
     return _ok("host_ram", f"no definite failure: {text}", **nums)
 
 
@@ -363,56 +394,6 @@ def _cgroup(settings, host: HostFacts, cap: int, container_need: int) -> Verdict
                         f"cgroup v{cg.version} {cg.path}", **nums)
     return _ok("cgroup", f"no definite failure: {how} = {gib(need)} within the cgroup v{cg.version} "
                          f"limit {gib(cg.memory_limit_bytes)}", **nums)
-
-
-# vLLM 0.33, what each quantization method does to an offloaded weight after loading (RULES["repack"]):
-# * unquantized on CUDA: linear.py:UnquantizedLinearMethod.process_weights_after_loading does nothing there, and
-#   unquantized_fused_moe_method.py:UnquantizedFusedMoEMethod.process_weights_after_loading copies its padding back
-#   into the same storage: nothing is re-allocated.
-# * MXFP4 experts (fp8.py:Fp8Config.get_quant_method -> mxfp4.py:Mxfp4MoEMethod when store_dtype is mxfp4):
-#   _setup_kernel -> oracle/mxfp4.py:convert_weight_to_mxfp4_moe_kernel_format for the backend that
-#   oracle/mxfp4.py:select_deepseek_v4_mxfp4_moe_backend picks on the card (_get_priority_backends: FlashInfer TRTLLM
-#   MXFP8, DeepGEMM MXFP4, Marlin, batched Marlin, Humming; humming/priority.py:prioritize_humming moves Humming
-#   ahead of Marlin on SM90). TRTLLM needs the SM100 family (experts/trtllm_mxfp4_moe.py:_supports_current_device),
-#   DeepGEMM FP4 SM100/SM120 with DeepGEMM installed (experts/deep_gemm_moe.py). DeepGEMM keeps the weights and
-#   repacks the scales (_pack_deepgemm_mxfp4_scales); Marlin (marlin_utils_fp4.py:prepare_moe_mxfp4_layer_for_marlin)
-#   turns uint8 blocks into int32 and uint8 scales into float8_e8m0fnu at equal bytes; Humming deletes the
-#   parameters and registers new ones (humming/moe.py:_replace_layer_parameters) under names the humming package
-#   chooses. Which one runs is decided on the card at load.
-# * block-fp8 linears: fp8.py:Fp8LinearMethod.process_weights_after_loading hands them to the kernel
-#   init_fp8_linear_kernel chose for the device: also decided at load.
-def _repack(ckpt: CheckpointFacts, plan: OffloadPlan) -> Verdict:
-    method = expert_method(ckpt.quant)
-    experts = [p for p in plan.offloaded if ".experts." in f".{p.local}"]
-    expert_bytes = sum(p.nbytes for p in experts)
-    scale_bytes = sum(p.nbytes for p in experts if "scale" in p.local.rsplit(".", 1)[-1])
-    nums = dict(offloaded_expert_bytes=expert_bytes, offloaded_expert_scale_bytes=scale_bytes,
-                quant_method=ckpt.quant.method, store_dtype=ckpt.quant.store_dtype, accounting=ACCOUNTING)
-    rule = "model_loader/utils.py:device_loading_context, model_executor/utils.py:replace_parameter"
-    if not plan.offloaded:
-        return _ok("repack", "nothing is offloaded: no repack touches host memory", **nums)
-    if ckpt.quant.method is None and ckpt.quant.recognised:
-        return _ok("repack", "unquantized: on CUDA no quantization method re-allocates an offloaded weight after "
-                             "loading (linear.py:UnquantizedLinearMethod.process_weights_after_loading, "
-                             "unquantized_fused_moe_method.py:UnquantizedFusedMoEMethod.process_weights_after_loading "
-                             f"copy in place): the pinned figures stand ({rule})", **nums)
-    if method == "mxfp4":
-        return _unknown(
-            "repack", f"decided on the card at load, not in the headers: the {gib(expert_bytes)} of offloaded MXFP4 "
-            "experts are repacked by the MoE backend vLLM picks there (oracle/mxfp4.py:"
-            "select_deepseek_v4_mxfp4_moe_backend: FlashInfer TRTLLM on SM100 only, DeepGEMM MXFP4 on SM100/SM120 "
-            "with DeepGEMM installed, then Marlin, batched Marlin, Humming; Humming ahead of Marlin on SM90). Under "
-            "0.33's replace_parameter DeepGEMM keeps the weights in their pinned buffers and rebinds the repacked "
-            f"scales ({gib(scale_bytes)}) to the GPU; Marlin changes dtype at equal bytes, so all "
-            f"{gib(expert_bytes)} would come back onto the GPU (a load failure on this card); Humming replaces the "
-            "parameters with new objects (humming/moe.py:_replace_layer_parameters), pinned again at their new size "
-            "where a name is kept and left on the GPU where it is not (the humming package names them). No backend "
-            "but Humming adds pinned host bytes, so the host figures above stand unless Humming runs. The block-fp8 "
-            "linears are repacked by the kernel "
-            f"init_fp8_linear_kernel picks, also at load ({rule})", **nums)
-    return _unknown("repack", f"{ckpt.quant.description}: how its methods repack an offloaded weight after loading "
-                              "is decided by the kernel vLLM picks on the card at load; the host figures assume no "
-                              f"repack adds pinned bytes (true of 0.33's replace_parameter; {rule})", **nums)
 
 
 def _disk(free: int | None) -> Verdict:

@@ -1,6 +1,7 @@
 """Pure: the KV cache pool vLLM needs for one request of max_model_len tokens, in vLLM's own accounting.
 
-The rules (vLLM 0.33; the same functions in 0.34 and in the 0.32 CPU build the kit's tests run):
+The rules (the same arithmetic in vLLM 0.32, 0.33 and 0.34, checked against each release's own functions; only the
+default block size and the file differ, onegpu.plan.vllm_versions):
 * pages: a layer's page is block_size tokens of its K + V (vllm/v1/kv_cache_interface.py AttentionSpec.page_size_bytes);
   when pages differ, every smaller page takes a block size scaled up to the largest page, or is padded to it when
   the largest is not a multiple (vllm/v1/core/kv_cache_utils.py unify_kv_cache_spec_page_size);
@@ -23,34 +24,45 @@ import math
 
 from msgspec import Struct
 
-ACCOUNTING = "vLLM 0.33 accounting"
-_U = "vllm/v1/core/kv_cache_utils.py (kv_cache_planning.py in 0.33 and 0.34)"
+from onegpu.plan.vllm_versions import BLOCK_SIZE_SOURCE, VersionRules
+
 _I = "vllm/v1/kv_cache_interface.py"
-# Each KV rule with where vLLM states it; the receipt and the report carry them beside the offload rules.
-KV_RULES = (
-    ("kv_page", "a layer's page is block_size tokens of its K + V; smaller pages take a block size scaled up to the "
-                "largest page, or are padded to it when it is not a multiple",
-     (f"{_I}:AttentionSpec.page_size_bytes", f"{_U}:unify_kv_cache_spec_page_size")),
-    ("kv_groups", "layers of one spec are dealt into KV cache groups of equal size, the smallest spec's layer count "
-                  "(the largest's when under 1.5 x the smallest); a spec that does not divide evenly gets empty "
-                  "layer slots", (f"{_U}:_get_kv_cache_groups_uniform_page_size",)),
-    ("kv_block", "one pool block is a page for every layer slot of the widest group",
-     (f"{_U}:_get_kv_cache_bytes_per_block",)),
-    ("kv_request", "a request at max_model_len takes cdiv(max_model_len, block) blocks per full-attention group and "
-                   "cdiv(min(window - 1 + in-flight tokens, max_model_len), block) + 1 per sliding-window group; "
-                   "in-flight tokens = max_num_batched_tokens x 2 with async scheduling (vLLM's default on CUDA), "
-                   "x 1 without; the blocks of every group add up",
-     (f"{_I}:FullAttentionSpec.max_memory_usage_bytes", f"{_I}:SlidingWindowSpec.max_admission_blocks_per_request",
-      "vllm/config/vllm.py:VllmConfig.max_in_flight_tokens", f"{_U}:_max_memory_usage_bytes_from_groups")),
-    ("kv_null_block", "the pool must hold one request plus the null block the block pool keeps back",
-     (f"{_U}:get_kv_cache_configs (check_memory = available - one block)",)),
-    ("kv_capacity", "the boot line's 'KV cache size: N tokens' is the pool's whole blocks over a request's blocks, "
-                    "times max_model_len", (f"{_U}:get_kv_cache_capacity",)),
-)
 
 
-def kv_rules_json() -> list[dict]:
-    return [{"rule": key, "text": text, "sources": list(sources)} for key, text, sources in KV_RULES]
+def kv_rules(rules: VersionRules) -> tuple:
+    """Each KV rule with where `rules`' release states it (the planning functions moved to kv_cache_planning.py in
+    0.33); the receipt and the report carry them beside the offload rules."""
+    u = rules.kv_module
+    out = [
+        ("kv_block_size", f"{rules.default_block_size} tokens per block: vLLM {rules.series}'s default on CUDA, as the "
+                          "launch passes no --block-size", (BLOCK_SIZE_SOURCE,)),
+        ("kv_page", "a layer's page is block_size tokens of its K + V; smaller pages take a block size scaled up to "
+                    "the largest page, or are padded to it when it is not a multiple",
+         (f"{_I}:AttentionSpec.page_size_bytes", f"{u}:unify_kv_cache_spec_page_size")),
+        ("kv_groups", "layers of one spec are dealt into KV cache groups of equal size, the smallest spec's layer "
+                      "count (the largest's when under 1.5 x the smallest); a spec that does not divide evenly gets "
+                      "empty layer slots; the layout is vLLM's default, layer-outermost LBNHC (a backend that asks "
+                      "for a block-outermost layout packs mixed pages otherwise: not modelled)",
+         (f"{u}:_get_kv_cache_groups_uniform_page_size", "vllm/v1/attention/backends/utils.py:"
+                                                        "_DEFAULT_LAYOUT_PREFERENCE")),
+        ("kv_block", "one pool block is a page for every layer slot of the widest group",
+         (f"{u}:_get_kv_cache_bytes_per_block",)),
+        ("kv_request", "a request at max_model_len takes cdiv(max_model_len, block) blocks per full-attention group "
+                       "and cdiv(min(window - 1 + in-flight tokens, max_model_len), block) + 1 per sliding-window "
+                       "group; in-flight tokens = max_num_batched_tokens x 2 with async scheduling (vLLM's default on "
+                       "CUDA), x 1 without; the blocks of every group add up",
+         (f"{_I}:FullAttentionSpec.max_memory_usage_bytes", f"{_I}:SlidingWindowSpec.max_admission_blocks_per_request",
+          "vllm/config/vllm.py:VllmConfig.max_in_flight_tokens", f"{u}:_max_memory_usage_bytes_from_groups")),
+        ("kv_null_block", "the pool must hold one request plus the null block the block pool keeps back",
+         (f"{u}:get_kv_cache_configs (check_memory = available - one block)",)),
+        ("kv_capacity", "the boot line's 'KV cache size: N tokens' is the pool's whole blocks over a request's blocks, "
+                        "times max_model_len", ("vllm/v1/core/kv_cache_utils.py:get_kv_cache_capacity",)),
+    ]
+    return tuple(out)
+
+
+def kv_rules_json(rules: VersionRules) -> list[dict]:
+    return [{"rule": key, "text": text, "sources": list(sources)} for key, text, sources in kv_rules(rules)]
 
 
 class LayerSpec(Struct, frozen=True):
@@ -98,7 +110,7 @@ class KvPool(Struct, frozen=True):
     max_num_batched_tokens: int
     async_scheduling: bool
     in_flight_tokens: int
-    accounting: str = ACCOUNTING
+    accounting: str = ""  # the label of the version's rules applied (onegpu.plan.vllm_versions.Accounting.label)
 
     @property
     def request_bytes(self) -> int:

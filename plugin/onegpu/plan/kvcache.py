@@ -10,12 +10,12 @@ UNKNOWN estimate with its reason, never a guess.
 from __future__ import annotations
 
 from msgspec import Struct
+from msgspec.structs import replace
 
 from onegpu.plan.kv_dtypes import KV_DTYPES
-from onegpu.plan.kv_pool import ACCOUNTING, KvPool, LayerSpec, kv_pool
+from onegpu.plan.kv_pool import KvPool, LayerSpec, kv_pool
+from onegpu.plan.vllm_versions import Accounting, assumed_newest
 from onegpu.core.units import GIB
-
-DEFAULT_BLOCK_SIZE = 16  # vLLM's default KV block on CUDA (tokens); the launch passes no --block-size
 
 # --kv-cache-dtype values -> bytes per element, and those the DiffKV backends accept (kv_dtypes.py: one row each).
 KV_DTYPE_BYTES = {name: row.element_bytes for name, row in KV_DTYPES.items() if row.element_bytes is not None}
@@ -65,11 +65,11 @@ class KvEstimate(Struct, frozen=True):
     context_tokens: int = 0
     kv_dtype: str | None = None  # the dtype the estimate used (settings', or the model's when assumed)
     dtype_bytes: int | None = None
-    block_size: int = DEFAULT_BLOCK_SIZE
+    block_size: int = 64  # tokens per KV block (the accounting's default on CUDA unless given)
     prefill_chunk_tokens: int = 0
     async_scheduling: bool = True
     pool: KvPool | None = None  # vLLM's pool arithmetic (None when recurrent layers are summed instead)
-    accounting: str = ACCOUNTING
+    accounting: str = ""  # the label of the vLLM version's rules applied (onegpu.plan.vllm_versions)
 
 
 class _Unreadable(Exception):
@@ -77,14 +77,18 @@ class _Unreadable(Exception):
 
 
 def kv_cache_estimate(config: dict, context_tokens: int, kv_dtype: str | None, prefill_chunk_tokens: int,
-                      block_size: int = DEFAULT_BLOCK_SIZE, async_scheduling: bool = True) -> KvEstimate:
+                      block_size: int | None = None, async_scheduling: bool = True,
+                      accounting: Accounting | None = None) -> KvEstimate:
     """The KV pool for `context_tokens` of one sequence; never raises for a config shape (UNKNOWN instead).
 
     `prefill_chunk_tokens` is what the launch passes as --max-num-batched-tokens; vLLM schedules asynchronously
-    by default on CUDA (two batches in flight), the CPU build never does.
+    by default on CUDA (two batches in flight), the CPU build never does. `accounting` names the vLLM version whose
+    rules apply (the newest known, ASSUMED, when None); `block_size` None is that version's default on CUDA.
     """
+    accounting = accounting or assumed_newest()
+    block_size = block_size or accounting.rules.default_block_size
     base: dict = dict(context_tokens=context_tokens, block_size=block_size, prefill_chunk_tokens=prefill_chunk_tokens,
-                async_scheduling=async_scheduling)
+                      async_scheduling=async_scheduling, accounting=accounting.label)
     notes: list[str] = []
     try:
         cfg = _text_config(config, notes)
@@ -92,6 +96,7 @@ def kv_cache_estimate(config: dict, context_tokens: int, kv_dtype: str | None, p
         kinds = _layer_kinds(cfg, notes)
         rows, pool = _rows(cfg, kinds, (dtype_bytes, kv_dtype), context_tokens, prefill_chunk_tokens, block_size,
                            async_scheduling, notes)
+        pool = replace(pool, accounting=accounting.label) if pool is not None else None
     except _Unreadable as exc:
         return KvEstimate(bytes=None, bytes_per_token_full=None, layers=[], notes=notes,
                           unknown_reason=str(exc), kv_dtype=kv_dtype, **base)

@@ -19,6 +19,7 @@ from msgspec.structs import replace
 
 from onegpu.core.units import GIB, gib
 from onegpu.core.jsonable import to_json
+from onegpu.plan.landing_kv import extensible_kv_check, extensible_lines
 
 
 
@@ -41,6 +42,14 @@ class Projection(Struct, frozen=True):
     pinned_rounded_bytes: int | None = None
     pinned_exact_bytes: int | None = None
     pinning: str | None = None  # "rounded" | "exact"
+    kv_sizing: str | None = None  # "estimate" | "extensible" (vLLM 0.34): how the version applied sizes the cache
+    kv_bytes_per_block: int | None = None
+    kv_blocks_per_request: int | None = None
+    kv_layer_segments: int | None = None  # layer segments an extensible cache commits in whole granules
+    kv_context_tokens: int | None = None
+    requested_bytes: int | None = None  # ceil(total x 0.85): what the engine is told it may use
+    reserve_bytes: int | None = None  # the plan's non-weight reserve (assumed, stated or calibrated)
+    accounting: str | None = None
 
 
 def _pool_tokens(pool: int | None, kv: dict, per_token: float | None) -> int | None:
@@ -76,6 +85,11 @@ def projection_from_plan(capacity_rows: list[dict]) -> Projection:
     plan = n.get("offload_plan", {})
     pinned = n.get("host_offload", {})
     return Projection(
+        kv_sizing=gb.get("kv_sizing"), kv_bytes_per_block=kv.get("pool_bytes_per_block"),
+        kv_blocks_per_request=kv.get("pool_blocks_per_request"), kv_layer_segments=kv.get("pool_layer_segments"),
+        kv_context_tokens=kv.get("context_tokens"), requested_bytes=gb.get("requested_bytes"),
+        reserve_bytes=gb.get("reserve_bytes"),
+        accounting=kv.get("accounting"),
         offloaded_logical_bytes=plan.get("offloaded_bytes"), pinned_bytes=pinned.get("pinned_bytes"),
         pinned_rounded_bytes=pinned.get("pinned_rounded_bytes"), pinned_exact_bytes=pinned.get("pinned_exact_bytes"),
         pinning=pinned.get("pinning"),
@@ -124,7 +138,10 @@ def landing_record(projection: Projection, boot: dict | None, sample: dict | Non
     """The receipt's "landing" section: measured, projected, prediction errors, the floor, warnings."""
     boot = boot or {}
     load = round(boot["load_gib"] * GIB) if isinstance(boot.get("load_gib"), (int, float)) else None
-    pool = round(boot["kv_cache_gib"] * GIB) if isinstance(boot.get("kv_cache_gib"), (int, float)) else None
+    # the KV pool: 0.34's committed cache ("Extended KV cache to N blocks (X GiB)") where the log has it; else the
+    # memory the estimate gave it ("Available KV cache memory", which 0.34 prints before warmup too)
+    logged_pool = boot.get("kv_extended_gib") if boot.get("kv_extended_gib") is not None else boot.get("kv_cache_gib")
+    pool = round(logged_pool * GIB) if isinstance(logged_pool, (int, float)) else None
     tokens = boot.get("kv_cache_tokens") if isinstance(boot.get("kv_cache_tokens"), int) else None
     gpu, gpu_why = _gpu_reading(sample)
     host = (sample or {}).get("host_available_bytes")
@@ -173,7 +190,14 @@ def landing_record(projection: Projection, boot: dict | None, sample: dict | Non
         warnings.append(f"exact pinning NOT CONFIRMED: the container holds {gib(pinning['measured_container_bytes'])} "
                         f"at READY, at least the rounded figure {gib(projection.pinned_rounded_bytes)}: the engine "
                         "pinned with rounding; count the rounded figure")
-    return {"pinning": pinning,
+    kv_check = extensible_kv_check(projection, boot)
+    if kv_check and kv_check.get("contradiction"):
+        warnings.append(kv_check["contradiction"])
+    for row in (kv_check or {}).get("rows", []):
+        if row["status"] in ("DIFFERS", "OUTSIDE", "ABOVE THE RESERVE"):
+            warnings.append(f"after warmup, {row['quantity']} {row['status']}: measured {row['measured']} vs "
+                            f"predicted {row['projected']} ({row['why']})")
+    return {"pinning": pinning, "kv_after_warmup": kv_check,
             "measured": {"weights_gpu_bytes": load, "kv_pool_bytes": pool, "kv_pool_tokens": tokens,
                          "host_available_bytes": host,
                          "container_memory_bytes": (sample or {}).get("container_memory_bytes"),
@@ -242,6 +266,7 @@ def landing_lines(record: dict) -> list[str]:
         lines.append(f"landing exact pinning: {pinning['status']} (pinned exact "
                      f"{gib(pinning.get('pinned_exact_bytes'))}, rounded {gib(pinning.get('pinned_rounded_bytes'))}, "
                      f"container memory at READY {gib(pinning.get('measured_container_bytes'))})")
+    lines += extensible_lines(record.get("kv_after_warmup"))
     f = record["floor"]
     floor = f"{gib(f['bytes'])}{' ASSUMED' if f['assumed'] else ' (settings)'}"
     if f["status"] == "not checked":

@@ -1,10 +1,13 @@
-"""The offload accounting's rules, each with the vLLM file and function that states it (0.33.0 wheel paths);
-the plan cites them, and the receipt and report carry them beside the KV rules."""
+"""The offload accounting's rules, each with the vLLM file and function that states it (0.33.0 wheel paths; the
+UVA offloader and device_loading_context are the same in 0.32, 0.33 and 0.34, replace_parameter is not:
+REPACK_BY_VERSION); the plan cites them, and the receipt and report carry them beside the KV rules."""
 from __future__ import annotations
 
 from msgspec import Struct
 
-from onegpu.plan.kv_pool import ACCOUNTING, kv_rules_json
+from onegpu.plan.kv_pool import kv_rules_json
+from onegpu.plan.kv_sizing import sizing_rules_json
+from onegpu.plan.vllm_versions import Accounting
 
 
 class Rule(Struct, frozen=True):
@@ -77,14 +80,12 @@ RULES = {r.key: r for r in (
                    "wrap_modules call (towers, then the decoder stack) and counts cumulatively",
          (f"{_M}offloader/uva.py:UVAOffloader.wrap_modules", "vllm/utils/mem_utils.py:format_gib")),
     Rule("repack", "after loading, each quantization method processes its layer's weights where they are "
-                   "(device_loading_context leaves UVA-offloaded parameters in place) and re-pins only a parameter "
-                   "that is a new object. 0.33's replace_parameter keeps the object: a repack with the same shape, "
-                   "stride and dtype is copied into the pinned buffer (no new host bytes); any other repack rebinds "
-                   "the parameter to the repacked tensor, computed on the GPU, so those bytes stay on the GPU and "
-                   "the pinned buffer goes back to torch's host cache (still held). A method that registers new "
-                   "parameter objects (Humming's conversion in 0.33) is pinned again at the new size where the name "
-                   "was offloaded. 0.32 registers a new parameter on every replace (pinned again, rounded again); "
-                   "0.34 copies a repack of equal or smaller byte count into the pinned buffer",
+                   "(device_loading_context leaves UVA-offloaded parameters in place) and re-pins a parameter under an "
+                   "offloaded name that is a new object: torch.empty_like(pin_memory=True) and a new UVA view, while "
+                   "torch's host cache keeps the first pinned block (a later allocation of the same power-of-two size "
+                   "may reuse it once it is freed, so the second allocation is the most the host peak can add). "
+                   "Whether a repack makes a new object depends on the version's replace_parameter (the rule of the "
+                   "version applied follows) and on the backend the method picks on the card",
          (f"{_M}model_loader/utils.py:process_weights_after_loading",
           f"{_M}model_loader/utils.py:device_loading_context", f"{_M}utils.py:replace_parameter",
           f"{_M}layers/quantization/utils/humming/moe.py:_replace_layer_parameters")),
@@ -100,6 +101,37 @@ RULES = {r.key: r for r in (
 )}
 
 
-def rules_json() -> dict:
-    """The receipt's record of the accounting: the engine version read and every rule with its sources."""
-    return {"accounting": ACCOUNTING, "rules": [r.as_json() for r in RULES.values()] + kv_rules_json()}
+# What replace_parameter does with an offloaded parameter that a quantization method repacks, by release.
+REPACK_BY_VERSION = {
+    "new_object": Rule("repack_version", "0.32: replace_parameter registers a new parameter object for every "
+                                         "replace, so every repacked offloaded parameter is pinned again (rounded "
+                                         "again): a certain re-pin for each method that repacks",
+                       (f"{_M}utils.py:replace_parameter (0.32.0)",)),
+    "keep_object": Rule("repack_version", "0.33: replace_parameter keeps the object: a repack with the same shape, "
+                                          "stride and dtype is copied into the pinned buffer (no new host bytes); any "
+                                          "other repack rebinds the parameter to the repacked tensor, computed on the "
+                                          "GPU, so those bytes stay on the GPU and the pinned buffer goes back to "
+                                          "torch's host cache (still held); only a method that registers new objects "
+                                          "(Humming's conversion) is pinned again",
+                        (f"{_M}utils.py:replace_parameter (0.33.0)",)),
+    "keep_object_own_storage": Rule(
+        "repack_version", "0.34: replace_parameter keeps the object: a repack with the same shape, stride and dtype "
+                          "is copied in place, one that is not larger is copied into the parameter's own (pinned) "
+                          "storage, a larger one is rebound to its GPU tensor (those bytes stay on the GPU); only a "
+                          "method that registers new objects (Humming's conversion) is pinned again, into a second "
+                          "pinned allocation", (f"{_M}utils.py:replace_parameter (0.34.0)",
+                                                f"{_M}utils.py:_in_own_storage")),
+}
+
+
+def repack_rule(accounting: Accounting) -> Rule:
+    return REPACK_BY_VERSION[accounting.rules.replace_parameter]
+
+
+def rules_json(accounting: Accounting) -> dict:
+    """The receipt's record of the accounting: the version applied (and how it is known) and every rule with its
+    sources: the offloader's, the version's repack, its KV pool and its KV sizing."""
+    rules = accounting.rules
+    return {"accounting": accounting.label, "version": accounting.as_json(),
+            "rules": [r.as_json() for r in RULES.values()] + [repack_rule(accounting).as_json()]
+            + kv_rules_json(rules) + sizing_rules_json(rules)}

@@ -19,13 +19,14 @@ from onegpu.checkpoint.model import CheckpointFacts
 from onegpu.core.units import gib
 from onegpu.machine.model import GpuDevice, HostFacts
 from onegpu.plan import kvcache
-from onegpu.plan.capacity import (CONTAINER_OWN_NEEDS_BYTES, GPU_CHECKS, GPU_UTILIZATION, Verdict, _cgroup, _disk,
-                                  _gib_bytes, _gpu_budget, _gpu_free, _gpu_weights, _host_offload, _host_ram, _kv_cache,
-                                  _blocked, _quantization, _repack, _unknown, _weights, kit_plan, pinning_of)
+from onegpu.plan.capacity import (CONTAINER_OWN_NEEDS_BYTES, GPU_CHECKS, Verdict, _cgroup, _disk, _gib_bytes,
+                                  _gpu_budget, _gpu_free, _gpu_weights, _host_offload, _host_ram, _kv_cache, _blocked,
+                                  _quantization, _unknown, _weights, gpu_kv_budget, kit_plan, named, pinning_of)
+from onegpu.plan.repack import repack_verdict, repin_cost
+from onegpu.plan.vllm_versions import Accounting, assumed_newest
 from onegpu.plan.kv_pool import KvPool, LayerSpec, kv_pool
 from onegpu.plan.kvcache import KvEstimate
 from onegpu.plan.offload import OffloadPlan, spans
-from onegpu.plan.offload_rules import ACCOUNTING
 from onegpu.plan.parallel_rules import PARALLEL_RULES
 from onegpu.plan.rank_share import (RankLayout, RankPlace, layer_kinds, attention_dims, rank_layout, rank_place,
                                     split_refusals, split_unplaced)
@@ -225,15 +226,16 @@ def _combined(check: str, label: str, ranks: list[RankFacts], per_rank: list[Ver
     return Verdict(check, lead.status, lead.code, message, numbers)
 
 
-def _rank_gpu_verdicts(settings, r: RankFacts, calibration, not_judged: str | None) -> dict[str, Verdict]:
+def _rank_gpu_verdicts(settings, r: RankFacts, calibration, not_judged: str | None,
+                       accounting: Accounting) -> dict[str, Verdict]:
     """The four GPU checks of one rank against its own GPU, as capacity.py judges one GPU; the weights and KV checks
     UNKNOWN for `not_judged` (a split vLLM refuses, or stages the kit cannot place)."""
     if r.gpu is None:
         why = f"{r.place.describe(None)}: its GPU is not on this machine; the GPU side is not known"
         return {c: _unknown(c, why) for c in GPU_CHECKS}
-    reserve = calibration.reserve_bytes if calibration is not None else _gib_bytes(settings.gpu_reserve_gib)
-    budget = int(r.gpu.total_bytes * GPU_UTILIZATION) - reserve
-    out = {"gpu_free": _gpu_free(r.gpu), "gpu_budget": _gpu_budget(settings, r.gpu, budget, calibration),
+    kv_budget = gpu_kv_budget(settings, r.gpu, accounting.rules, calibration)
+    budget = kv_budget.budget_bytes
+    out = {"gpu_free": _gpu_free(r.gpu, accounting), "gpu_budget": _gpu_budget(settings, r.gpu, kv_budget, calibration),
            "gpu_weights": _gpu_weights(r.layout.ckpt, r.plan, budget),
            "kv_cache": _kv_cache(r.kv, r.plan.gpu_resident_bytes, budget)}
     if not_judged is not None:
@@ -268,7 +270,7 @@ def _rank_where(r: RankFacts) -> str:
 
 
 def _offload_plan_verdict(ckpt: CheckpointFacts, ranks: list[RankFacts], label: str, refusal: str | None,
-                          unplaced: str | None = None) -> Verdict:
+                          unplaced: str | None, accounting: Accounting) -> Verdict:
     """Each rank's share and offload in words, with per-rank numbers."""
     plans = [r.plan for r in ranks]
     total = host_total_plan(plans)
@@ -283,7 +285,7 @@ def _offload_plan_verdict(ckpt: CheckpointFacts, ranks: list[RankFacts], label: 
                 offloaded_bytes=total.offloaded_bytes, pinning=total.pinning, pinned_bytes=total.pinned_bytes,
                 pinned_rounded_bytes=total.pinned_rounded_bytes, pinned_exact_bytes=total.pinned_exact_bytes,
                 peak_bytes=total.peak_bytes, loaded_bytes=total.loaded_bytes,
-                gpu_resident_bytes=total.gpu_resident_bytes, accounting=ACCOUNTING, ranks=rows,
+                gpu_resident_bytes=total.gpu_resident_bytes, accounting=accounting.label, ranks=rows,
                 rules=list(PARALLEL_RULES))
     if not ckpt.tensors:
         return _unknown("offload_plan", f"{label}: no per-tensor facts: the ranks' shares cannot be computed", **nums)
@@ -291,7 +293,7 @@ def _offload_plan_verdict(ckpt: CheckpointFacts, ranks: list[RankFacts], label: 
         return _blocked("offload_plan", "PARALLEL_SPLIT_REFUSED", f"{label}: {refusal}", **nums)
     if unplaced is not None:
         return _unknown("offload_plan", f"{label}: {unplaced}", **nums)
-    parts = [f"{label}, {ACCOUNTING}: each worker runs its own offloader with the same budget "
+    parts = [f"{label}, {accounting.label}: each worker runs its own offloader with the same budget "
              f"{gib(plans[0].budget_bytes)} over its own share of the weights ({rule.short()})"]
     parts += [_rank_where(r) for r in ranks]
     whole = sorted({name for r in ranks for name in r.layout.counted_whole})
@@ -313,18 +315,19 @@ def _own_needs_text(workers: int) -> str:
 
 
 def _host_verdicts(settings, host: HostFacts, ckpt: CheckpointFacts, ranks: list[RankFacts],
-                   label: str) -> list[Verdict]:
+                   label: str, accounting: Accounting) -> list[Verdict]:
     """The host checks over every worker together: pinned bytes and peaks added up, own needs once per worker."""
     total = host_total_plan([r.plan for r in ranks])
     workers = len(ranks)
     own = workers * CONTAINER_OWN_NEEDS_BYTES
     cap = _gib_bytes(settings.container_ram_gib)
-    container_need = total.peak_bytes + own
+    repin = repin_cost(ckpt, total, accounting)
+    container_need = total.peak_bytes + own + (repin.bytes if repin.certainty == "certain" else 0)
     per_rank = [{"rank": r.place.rank, "pinned_bytes": r.plan.pinned_bytes, "peak_bytes": r.plan.peak_bytes,
                  "offloaded_bytes": r.plan.offloaded_bytes} for r in ranks]
-    verdicts = [_host_offload(total, cap, own, _own_needs_text(workers)),
-                _host_ram(settings, host, cap, total, container_need), _cgroup(settings, host, cap, container_need),
-                _repack(ckpt, total)]
+    verdicts = [_host_offload(total, cap, own, _own_needs_text(workers), accounting, repin),
+                _host_ram(settings, host, cap, total, container_need, repin),
+                _cgroup(settings, host, cap, container_need), repack_verdict(ckpt, total, accounting)]
     summed = f"{label}, every worker together (the {workers} workers' peaks added up, an upper bound)"
     contexts = (summed, summed, summed, f"{label}, every worker's offloaded parameters")
     return [replace(v, message=f"{context}: {v.message}",
@@ -335,38 +338,41 @@ def _host_verdicts(settings, host: HostFacts, ckpt: CheckpointFacts, ranks: list
 def parallel_capacity_verdicts(settings, gpus: list[GpuDevice | None], host: HostFacts, ckpt: CheckpointFacts,
                                kv: KvEstimate, run_disk_free_bytes: int | None, tp: int, pp: int, calibration=None,
                                partition: tuple[int, ...] | None = None,
-                               ranks: list[RankFacts] | None = None) -> list[Verdict]:
+                               ranks: list[RankFacts] | None = None,
+                               accounting: Accounting | None = None) -> list[Verdict]:
     """Every check of capacity.CHECKS for the TP x PP protocol, in that order. GPU checks per rank against that
     rank's GPU (BLOCKED if any rank is, the worst rank named, every rank listed); host checks over every worker.
     `ranks`: rank_facts of the same arguments, when the caller already has them (the per-rank split is the costly
     part)."""
     label = protocol_label(tp, pp)
+    accounting = accounting or assumed_newest()
     ranks = ranks if ranks is not None else rank_facts(settings, gpus, ckpt, kv, tp, pp, partition)
     problems = split_refusals(ckpt, tp)
     refusal = f"vLLM refuses this split at load: {'; '.join(problems)}" if problems else None
     unplaced = split_unplaced(ckpt, pp)
-    per_rank = [_rank_gpu_verdicts(settings, r, calibration, refusal or unplaced) for r in ranks]
-    host_checks = _host_verdicts(settings, host, ckpt, ranks, label)
+    per_rank = [_rank_gpu_verdicts(settings, r, calibration, refusal or unplaced, accounting) for r in ranks]
+    host_checks = _host_verdicts(settings, host, ckpt, ranks, label, accounting)
     if unplaced is not None:  # every stage would be counted with every layer: no figure to judge the host by
         host_checks = [_unknown(v.check, f"{label}: {unplaced}") for v in host_checks]
-    return [_weights(ckpt), _quantization(ckpt), _offload_plan_verdict(ckpt, ranks, label, refusal, unplaced),
-            *[_combined(c, label, ranks, [v[c] for v in per_rank]) for c in GPU_CHECKS],
-            *host_checks, _disk(run_disk_free_bytes)]
+    return named([_weights(ckpt), _quantization(ckpt),
+                  _offload_plan_verdict(ckpt, ranks, label, refusal, unplaced, accounting),
+                  *[_combined(c, label, ranks, [v[c] for v in per_rank]) for c in GPU_CHECKS],
+                  *host_checks, _disk(run_disk_free_bytes)], accounting)
 
 
 # ---- the table ---------------------------------------------------------------------------------------------------
 
 def rank_rows(settings, gpus: list[GpuDevice | None], ckpt: CheckpointFacts, kv: KvEstimate, tp: int, pp: int,
               calibration=None, partition: tuple[int, ...] | None = None,
-              ranks: list[RankFacts] | None = None) -> list[str]:
+              ranks: list[RankFacts] | None = None, accounting: Accounting | None = None) -> list[str]:
     """One row per rank (GPU, TP rank, PP stage, layers, weights on its GPU, offloaded logical and pinned, KV,
     budget) and a row with the host total."""
     ranks = ranks if ranks is not None else rank_facts(settings, gpus, ckpt, kv, tp, pp, partition)
-    reserve = calibration.reserve_bytes if calibration is not None else _gib_bytes(settings.gpu_reserve_gib)
+    rules = (accounting or assumed_newest()).rules
     rows = [f"{'rank':<5} {'GPU':<5} {'TP':>3} {'PP':>3} {'layers':<10} {'weights on GPU':>15} {'offloaded':>13} "
             f"{'pinned':>13} {'KV':>13} {'GPU budget':>13}"]
     for r in ranks:
-        budget = int(r.gpu.total_bytes * GPU_UTILIZATION) - reserve if r.gpu is not None else None
+        budget = gpu_kv_budget(settings, r.gpu, rules, calibration).budget_bytes if r.gpu is not None else None
         rows.append(f"{r.place.rank:<5} {str(r.gpu.index) if r.gpu else '?':<5} {r.place.tp_rank:>3} "
                     f"{r.place.pp_stage:>3} {r.place.layers_text:<10} {gib(r.plan.gpu_resident_bytes):>15} "
                     f"{gib(r.plan.offloaded_bytes):>13} {gib(r.plan.pinned_bytes):>13} {gib(r.kv.bytes):>13} "

@@ -18,8 +18,10 @@ from msgspec import Struct, field
 from onegpu.core import strict_json
 from onegpu.core.shown import as_json
 from onegpu.plan.capacity import CONTAINER_OWN_NEEDS_BYTES, GPU_UTILIZATION, UNCONFIRMED, capacity_verdicts, kit_plan
+from onegpu.plan.kv_sizing import kv_budget
+from onegpu.plan.vllm_versions import Accounting, assumed_newest
 from onegpu.plan.offload import engine_layout, where_lines
-from onegpu.plan.offload_rules import ACCOUNTING, RULES
+from onegpu.plan.offload_rules import RULES
 from onegpu.core.outcomes import Blocked
 from onegpu.core.units import GIB, gib
 from onegpu.plan.settings import ASSUMED_DEFAULTS, OWN_FIELDS, SettingsError, check_field
@@ -111,6 +113,7 @@ class Proposal(Struct):
     check: list  # the capacity verdicts of the proposed settings on this machine
     reserve: dict
     warnings: list[str] = field(default_factory=list)
+    accounting: str = ""  # the label of the vLLM version's rules the proposal applied
 
 
 def _assumed_gib(name: str) -> float:
@@ -165,30 +168,36 @@ def kv_differs_from_plan(req: ProposalRequest, kv, plan_kv: dict | None) -> str 
 
 
 def propose(req: ProposalRequest, gpu, gpu_missing_reason: str | None, host, ckpt, kv, calibration=None,
-            run_disk_free_bytes: int | None = None) -> Proposal:
-    """The smallest whole-GiB CPU-offload budget (and the RAM cap and headroom that follow) for these facts."""
+            run_disk_free_bytes: int | None = None, accounting: Accounting | None = None) -> Proposal:
+    """The smallest whole-GiB CPU-offload budget (and the RAM cap and headroom that follow) for these facts, by the
+    rules of `accounting`'s vLLM version (the newest known, ASSUMED, when None)."""
+    accounting = accounting or assumed_newest()
     reserve_gib, reserve_text, reserve = _reserve(req, calibration)
     rows: list[tuple[str, str, str]] = []
     if gpu is None:
         return Proposal(False, None, [], rows, [{"check": "gpu", "code": _code(gpu_missing_reason), "numbers": {},
                         "message": f"no GPU is selected ({gpu_missing_reason}): the GPU side cannot be sized"}],
-                        [], [], reserve)
+                        [], [], reserve, accounting=accounting.label)
     if kv.bytes is None:
         return Proposal(False, None, [], rows, [], [f"the KV cache for {kv.context_tokens:,} tokens is not "
-                        f"estimated ({kv.unknown_reason}): no budget is proposed without it"], [], reserve)
+                        f"estimated ({kv.unknown_reason}): no budget is proposed without it"], [], reserve,
+                        accounting=accounting.label)
     layout = engine_layout(ckpt)  # one pass over the tensors; every plan below reuses it
     everything = kit_plan(ckpt, 2**62, layout=layout)  # every parameter the offloader is offered
     weights, offloadable = everything.loaded_bytes, everything.offerable_bytes
     stays = weights - offloadable
-    target = int(gpu.total_bytes * GPU_UTILIZATION)
     reserve_bytes = round(reserve_gib * GIB)
-    budget = target - reserve_bytes
+    sized = kv_budget(gpu.total_bytes, gpu.free_bytes, reserve_bytes, accounting.rules)
+    target, budget = sized.requested_bytes, sized.budget_bytes
     need = weights + kv.bytes - budget
     skipped = everything.not_loaded_bytes
     rows += [("GPU target", gib(target),
               f"{GPU_UTILIZATION} x GPU {gpu.index} {gpu.name} total {gib(gpu.total_bytes)}"),
              ("non-weight reserve", gib(reserve_bytes), reserve_text),
-             ("GPU budget (weights + KV)", gib(budget), f"target {gib(target)} - reserve {gib(reserve_bytes)}"),
+             ("GPU budget (weights + KV)", gib(budget),
+              f"target {gib(target)} - reserve {gib(reserve_bytes)} ({accounting.label})" if sized.binding == "requested"
+              else f"device headroom {gib(sized.headroom_bound_bytes or 0)} (free - the 1 GiB margin floor, below the "
+                   f"target {gib(target)}) - reserve {gib(reserve_bytes)} ({accounting.label})"),
              ("weights the engine loads", gib(weights),
               f"decoder layers {gib(offloadable)} (offloadable) + embeddings/head and other non-layer tensors "
               f"{gib(stays)} (stay on the GPU)" + (f"; header bytes {gib(ckpt.weight_bytes)} of which "
@@ -214,7 +223,7 @@ def propose(req: ProposalRequest, gpu, gpu_missing_reason: str | None, host, ckp
              ("GPU left after", gib(budget - (weights - offloaded) - kv.bytes),
               f"budget - (weights - offloaded {gib(offloaded)}) - KV")]
     if offload_gib:
-        rows.append(("engine offload", gib(offloaded), f"{ACCOUNTING}: whole parameters in the engine's order until "
+        rows.append(("engine offload", gib(offloaded), f"{accounting.label}: whole parameters in the engine's order until "
                      f"the budget is crossed; {where_lines(plan)}"))
     cap_gib = _ceil_gib(plan.peak_bytes + CONTAINER_OWN_NEEDS_BYTES)
     pinned_why = (f"{len(plan.offloaded)} parameters pinned by vLLM's default pinning, each rounded up to a power of "
@@ -250,7 +259,7 @@ def propose(req: ProposalRequest, gpu, gpu_missing_reason: str | None, host, ckp
                              gpu_reserve_gib=reserve_gib,
                              assumed={} if reserve["source"] != "assumed" else {"gpu_reserve_gib": req.assumed.get(
                                  "gpu_reserve_gib", "")})
-    check = capacity_verdicts(shaped, gpu, host, ckpt, kv, run_disk_free_bytes)
+    check = capacity_verdicts(shaped, gpu, host, ckpt, kv, run_disk_free_bytes, accounting=accounting)
     blockers = [{"check": v.check, "code": v.code, "message": v.message, "numbers": dict(v.numbers)}
                 for v in check if v.status == "BLOCKED"]
     unknown = [f"{v.check}: {v.message}" for v in check if v.status == "UNKNOWN" and v.check in ("host_ram",)]
@@ -264,7 +273,8 @@ def propose(req: ProposalRequest, gpu, gpu_missing_reason: str | None, host, ckp
                                        f"{gib(need - offloadable)}"})
     ok = not blockers
     # the alternatives stay when the proposal is blocked: exact pinning may be what a short host needs to measure
-    return Proposal(ok, settings if ok else None, alternatives, rows, blockers, unknown, check, reserve, warnings)
+    return Proposal(ok, settings if ok else None, alternatives, rows, blockers, unknown, check, reserve, warnings,
+                    accounting.label)
 
 
 def _code(reason: str | None) -> str | None:
@@ -354,7 +364,7 @@ def proposal_document(p: Proposal, req: ProposalRequest, created_at: str, hardwa
                       checkpoint: dict, consistency: list[dict]) -> dict:
     """settings-proposed.json: the proposal, never settings (its own schema)."""
     return {"schema": PROPOSAL_SCHEMA, "not_settings": NOT_SETTINGS, "created_at": created_at, "proposed": p.proposed,
-            "settings": p.settings, "alternatives": p.alternatives, "accounting": ACCOUNTING,
+            "settings": p.settings, "alternatives": p.alternatives, "accounting": p.accounting,
             "derivation": [{"quantity": q, "value": v, "derivation": d} for q, v, d in p.rows],
             "blockers": p.blockers, "unknown": p.unknown, "warnings": p.warnings,
             "check": [v.as_json() for v in p.check],

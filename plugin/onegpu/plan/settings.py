@@ -51,6 +51,7 @@ _MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)?$")
 _IMAGE = re.compile(r"^(sha256:[0-9a-f]{64}|[a-z0-9][a-z0-9._/:-]*(@sha256:[0-9a-f]{64})?)$")
 _GPU_UUID = re.compile(r"^(GPU|MIG)-[0-9a-fA-F-]{8,}$")
 _NCCL_KEY = re.compile(r"^NCCL_[A-Z0-9_]{1,64}$")
+_VLLM_VERSION = re.compile(r"^\d{1,4}\.\d{1,4}(\.\d{1,4})?([.+-]?[0-9A-Za-z][0-9A-Za-z.+_-]{0,30})?$")
 
 # The multi-GPU protocol (settings field multi_gpu): vLLM's own tensor and pipeline parallelism over the GPUs
 # listed, one GPU per rank. It is a separate protocol: its plan, receipt and report say "N-GPU protocol (TP x PP)".
@@ -122,6 +123,9 @@ class Settings(Struct, frozen=True):
     offload_pinning: str  # one of OFFLOAD_PINNINGS
     assumed: dict[str, str] = field(default_factory=dict)  # field -> "value (why)"
     multi_gpu: MultiGpu | None = None  # None: the one-GPU protocol, the kit's main question
+    # The image's vLLM version as the operator declares it: the plan applies that release's rules
+    # (onegpu.plan.vllm_versions); None: an earlier probe's record of the image, else the newest rules, ASSUMED.
+    vllm_version: str | None = None
 
     @property
     def protocol(self) -> str:
@@ -138,8 +142,9 @@ def settings_values(settings: Settings) -> dict:
     """The settings as JSON for the receipt and plan.json. A one-GPU session's carry no multi_gpu key, as before
     the protocol existed, so its plan.json and receipt read as they did."""
     values = to_json(settings)
-    if values.get("multi_gpu") is None:
-        values.pop("multi_gpu", None)
+    for optional in ("multi_gpu", "vllm_version"):  # absent, as before these fields existed
+        if values.get(optional) is None:
+            values.pop(optional, None)
     return values
 
 
@@ -154,7 +159,7 @@ OWN_FIELDS: dict[str, tuple] = {
     "request_timeout_s": ("int", 1, MAX_DEADLINE_S), "serve_window_s": ("int", 1, MAX_DEADLINE_S),
     "shm_gib": ("number", 0.0625, 4096), "pids_limit": ("int", 64, 4194304),
     "free_floor_gib": ("number", 0, 4096), "max_requests": ("int", 1, 10_000_000),
-    "offload_pinning": ("pinning",), "multi_gpu": ("multi_gpu",),
+    "offload_pinning": ("pinning",), "multi_gpu": ("multi_gpu",), "vllm_version": ("version",),
 }
 _OWN_REQUIRED: tuple[str, ...] = ("model_id", "model_revision", "model_path", "image", "gpu", "context_tokens",
                  "prefill_chunk_tokens", "cpu_offload_gib", "container_ram_gib", "host_headroom_gib", "deadline_s")
@@ -215,6 +220,8 @@ def check_field(name: str, value, spec: tuple) -> str | None:
         if isinstance(value, bool) or not (isinstance(value, int) and 0 <= value < 64 or
                                            isinstance(value, str) and _GPU_UUID.match(value)):
             return f"{shown}: must be a GPU index from 0 to 63 or a GPU UUID (GPU-...)"
+    if kind == "version" and not _VLLM_VERSION.match(value):
+        return f"{shown}: must be a vLLM version number such as \"0.34.0\" (what `vllm --version` prints)"
     if kind == "kv" and value is not None and value not in KV_CACHE_DTYPES:
         return f"{shown}: must be one of {', '.join(KV_CACHE_DTYPES)} or null"
     return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from onegpu.core.limitations import GPU_LOCK as GPU_LOCK_LIMITATION
-from onegpu.plan.kv_pool import ACCOUNTING
+from onegpu.plan.vllm_versions import accounting_from_record
 from onegpu.core.outcomes import CODES, consequence
 from onegpu.core.outcomes import PHASES
 from onegpu.report.parts import ONE_WORKER, RANK0_GPU, multi_gpu_protocol
@@ -217,10 +217,13 @@ def capacity_lines(receipt: ReceiptData) -> list[str]:
         out.append(f"| {shaped('word', r.get('check'))} | {status} | "
                    f"{r.get('code') if r.get('code') in CODES else ''} |")
     kv = _dict(receipt.get("kv_cache")).get("bytes")
-    out += ["", f"KV cache estimate for the context, one sequence: {gib(kv)}"]
-    accounting = _dict(receipt.get("capacity_accounting")).get("accounting")
-    if accounting == ACCOUNTING:  # the kit's own constant only: nothing else from the receipt goes out as text
-        out.append(f"Offload placement and pinned host bytes: {ACCOUNTING} (the report names each rule's vLLM source)")
+    # rebuilt from checked parts only (a known series, a basis word, a plain version): no receipt text goes out
+    accounting = accounting_from_record(_dict(receipt.get("capacity_accounting")).get("version"))
+    label = f" ({accounting.label})" if accounting is not None else ""
+    out += ["", f"KV cache estimate for the context, one sequence: {gib(kv)}{label}"]
+    if accounting is not None:
+        out.append(f"Offload placement, pinned host bytes and KV sizing: {accounting.label} (the report names each "
+                   "rule's vLLM source)")
     return out
 
 

@@ -274,11 +274,16 @@ def capacity(receipt: ReceiptData) -> str:
         return section("capacity", "Capacity", absent(receipt, "plan"))
     stated = receipt.get("capacity_accounting")
     accounting: dict = stated if isinstance(stated, dict) else {}
+    version = accounting.get("version") if isinstance(accounting.get("version"), dict) else {}
+    known = (f" Every row is judged by {e(accounting.get('accounting'))}: vLLM {e(version.get('version') or '?')}, "
+             f"{e(str(version.get('basis') or '').lower())} ({e(version.get('evidence'))})."
+             if version else (f" Offload and pinned host bytes: {e(accounting.get('accounting'))}." if accounting
+                              else ""))
     body = ['<p class="og-note">Header bytes are not the loaded footprint: OK means no definite failure was found, '
-            "never that the model fits. UNKNOWN is shown, never hidden."
-            + (f" Offload and pinned host bytes: {e(accounting.get('accounting'))}." if accounting else "") + "</p>",
-            table(["check", "status", "code", "numbers"],
-                  [[v.get("check"), v.get("status"), v.get("code") or "", v.get("message")] for v in rows],
+            "never that the model fits. UNKNOWN is shown, never hidden." + known + "</p>",
+            table(["check", "status", "code", "accounting", "numbers"],
+                  [[v.get("check"), v.get("status"), v.get("code") or "",
+                    (v.get("numbers") or {}).get("accounting") or "", v.get("message")] for v in rows],
                   status_col=1)]
     rules = [r for r in accounting.get("rules") or [] if isinstance(r, dict)]
     if rules:
