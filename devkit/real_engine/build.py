@@ -89,8 +89,9 @@ def tar_chunks(process: subprocess.Popen):
         yield chunk
 
 
-def import_root(client, root: Path, tag: str) -> str:
-    """Stream `root` as a tar into `docker import` as `tag`; returns the image ID."""
+def import_root(client, root: Path, tag: str, changes: list[str] | None = None) -> str:
+    """Stream `root` as a tar into `docker import` as `tag` with the Dockerfile `changes` (by default this
+    image's IMAGE_CHANGES); returns the image ID."""
     import docker.errors
 
     say(f"importing the root into Docker as {tag}")
@@ -101,7 +102,7 @@ def import_root(client, root: Path, tag: str) -> str:
     try:
         # POST /images/create?fromSrc=- is an import of the bytes sent; nothing is pulled.
         answer = client.api.import_image_from_data(tar_chunks(tar), repository=repository, tag=version,
-                                                   changes=IMAGE_CHANGES)
+                                                   changes=IMAGE_CHANGES if changes is None else changes)
     finally:
         tar.stdout.close()
         tar_status = tar.wait()
@@ -117,11 +118,11 @@ def import_root(client, root: Path, tag: str) -> str:
         raise RuntimeError(f"docker import made no {tag}; the daemon answered: {str(answer)[-2000:]}") from None
 
 
-def remove_stale_images(client, keep_id: str) -> None:
-    """Remove this repository's images of older recipes (each holds gigabytes); ones in use stay."""
+def remove_stale_images(client, keep_id: str, repository: str = REPOSITORY) -> None:
+    """Remove `repository`'s images of older recipes (each holds gigabytes); ones in use stay."""
     import docker.errors
 
-    for image in client.images.list(name=REPOSITORY):
+    for image in client.images.list(name=repository):
         if image.id == keep_id:
             continue
         for tag in image.tags:
@@ -132,9 +133,9 @@ def remove_stale_images(client, keep_id: str) -> None:
                 say(f"kept the stale image {tag}: {exc}")
 
 
-def clear_leftover_work(parent: Path) -> None:
+def clear_leftover_work(parent: Path, prefix: str = WORK_PREFIX) -> None:
     """Work folders of builds that died (the caller holds the build lock, so none is in use)."""
-    for folder in parent.glob(f"{WORK_PREFIX}*"):
+    for folder in parent.glob(f"{prefix}*"):
         say(f"removing the leftover work folder {folder}")
         shutil.rmtree(folder, ignore_errors=True)
 

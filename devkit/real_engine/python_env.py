@@ -38,11 +38,11 @@ CONSTRAINTS_HEADER = (
 )
 
 
-def cache_dir() -> Path:
+def cache_dir(name: str = "real-engine-wheels") -> Path:
     """Where downloaded wheels are kept between builds (outside the repository): $ONEGPU_CACHE or
-    ~/.cache/onegpu, then real-engine-wheels."""
+    ~/.cache/onegpu, then `name` (each image its own folder)."""
     base = Path(os.environ.get("ONEGPU_CACHE") or Path.home() / ".cache" / "onegpu")
-    folder = base / "real-engine-wheels"
+    folder = base / name
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
@@ -188,17 +188,19 @@ def add_vllm_alias(root: Path) -> None:
     (alias / "RECORD").write_text("\n".join(record) + "\n")
 
 
-def freeze(root: Path) -> list[str]:
-    """`name==version` of every package in the venv except the installer itself and the `vllm` alias."""
-    out = run_in_root(root, [f"{VENV}/bin/pip", "freeze", "--all", "--disable-pip-version-check",
-                             "--exclude", "pip", "--exclude", "vllm"], capture=True)
+def freeze(root: Path, exclude: tuple[str, ...] = ("pip", "vllm")) -> list[str]:
+    """`name==version` of every package in the venv except `exclude` (by default the installer itself and
+    the `vllm` alias)."""
+    excluded = [arg for name in exclude for arg in ("--exclude", name)]
+    out = run_in_root(root, [f"{VENV}/bin/pip", "freeze", "--all", "--disable-pip-version-check", *excluded],
+                      capture=True)
     return sorted((line.strip() for line in out.splitlines() if line.strip()), key=str.lower)
 
 
-def check_against(root: Path, constraints: Path) -> None:
-    """Raise unless the venv holds exactly the constraints' packages at their versions."""
+def check_against(root: Path, constraints: Path, exclude: tuple[str, ...] = ("pip", "vllm")) -> None:
+    """Raise unless the venv holds exactly the constraints' packages at their versions (`exclude` aside)."""
     installed = {normalise(name): version for name, _, version in
-                 (line.partition("==") for line in freeze(root))}
+                 (line.partition("==") for line in freeze(root, exclude))}
     pinned = read_pins(constraints)
     differences = [f"{name}: pinned {pinned.get(name, '-')}, installed {installed.get(name, '-')}"
                    for name in sorted(set(installed) | set(pinned)) if installed.get(name) != pinned.get(name)]

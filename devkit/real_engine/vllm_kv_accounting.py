@@ -23,7 +23,7 @@ from vllm.v1.core import kv_cache_utils as kcu  # type: ignore[import-not-found]
 from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec  # type: ignore[import-not-found]
 
 try:  # 0.33 and 0.34: the planning functions and the platform's config builder
-    from vllm.v1.core import kv_cache_planning as planning  # type: ignore[import-not-found]
+    from vllm.v1.core import kv_cache_planning as planning
     from vllm.v1.core.kv_cache_planning import DefaultKVCacheConfigBuilder  # type: ignore[import-not-found]
 except ImportError:  # 0.32: everything in kv_cache_utils, no builder
     planning, DefaultKVCacheConfigBuilder = kcu, None
@@ -57,7 +57,7 @@ def new_config() -> VllmConfig:
     except RuntimeError as exc:
         if "Failed to infer device type" not in str(exc):
             raise
-        from vllm.config import DeviceConfig  # type: ignore[import-not-found]
+        from vllm.config import DeviceConfig
 
         return VllmConfig(device_config=DeviceConfig(device="cuda"))
 

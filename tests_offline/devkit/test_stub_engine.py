@@ -7,6 +7,7 @@ on the Unix socket, failure modes). Every container is labelled onegpu.test=1 an
 from __future__ import annotations
 
 import hashlib
+import math
 import http.client
 import json
 import os
@@ -161,14 +162,21 @@ def test_serves_as_non_root_with_read_only_root_and_no_network(serving):
 
 
 def test_boot_lines_state_the_numbers_of_the_arguments(serving):
+    """The default voice is vLLM 0.34.0's CUDA build (its format strings, voices.py): 64-token blocks of the
+    stub's 131,072 bytes a token, the extensible KV cache's after-warmup lines, the one-line capacity."""
     logs = serving.logs()
     n = boot_numbers(4096, 2.0, 0.0)
-    assert f"GPU KV cache size: {n.kv_cache_tokens:,} tokens, Maximum concurrency for 4,096 tokens per " \
-           f"request: {n.max_concurrency:.2f}x" in logs
+    blocks = math.ceil(n.kv_cache_tokens / 64)  # 13,312 tokens -> 208 blocks of 8 MiB
+    assert f"GPU KV cache size: {int(blocks / 64 * 4096):,} tokens, Maximum concurrency for 4,096 tokens per " \
+           f"request: {blocks / 64:.2f}x" in logs
     assert f"Model loading took {n.load_gib:.4f} GiB memory and" in logs
-    assert f"Available KV cache memory: {n.kv_cache_gib:.2f} GiB" in logs
+    assert f"Available KV cache memory: {round(blocks * 64 * 131072 / 2**30, 2)} GiB" in logs
+    assert f"Extended KV cache to {blocks} blocks ({blocks * 8 / 1024:.2f} GiB)." in logs
+    assert re.search(rf"Memory after warmup: .* {blocks} KV cache blocks \(1\.62 GiB\) fit within the requested "
+                     r"68\.0 GiB\. Torch may reserve up to 2\.5 GiB\.", logs)
+    assert "gpu_memory_utilization=0.85 caps this instance at 68.0 GiB" in logs  # the kit's 0.85 under 0.34
     assert "Total CPU offloaded parameters: 2.0\n" in logs  # format_gib's round(x, 2) printed with %s
-    assert "Starting vLLM API server 0 on unix:/run/onegpu/engine.sock" in logs
+    assert "Starting vLLM server on unix:/run/onegpu/engine.sock" in logs
     # The processes as vLLM 0.32.0 names them: the engine core and its worker, each with its own pid.
     assert re.search(r"\(EngineCore pid=\d+\)\S* INFO .*Initializing a V1 LLM engine", logs)
     assert re.search(r"\(Worker pid=\d+\)\S* INFO .*Loading weights took", logs)
@@ -176,7 +184,30 @@ def test_boot_lines_state_the_numbers_of_the_arguments(serving):
     facts = parse_boot_log(logs)
     assert (facts.kv_cache_tokens, facts.concurrency_tokens, facts.load_gib, facts.cpu_offload_gib) == \
         (n.kv_cache_tokens, 4096, n.load_gib, 2.0)
-    assert facts.server_started and facts.vllm_version == "0.11.0"
+    assert (facts.kv_extended_blocks, facts.kv_after_warmup.blocks, facts.kv_after_warmup.requested_gib) == \
+        (blocks, blocks, 68.0)
+    assert facts.server_started and facts.vllm_version == "0.34.0"
+
+
+def test_the_cpu_build_voice_speaks_as_the_recorded_032_cpu_engine(stub_factory):
+    stub = stub_factory(SERVE, {"STUB_VLLM_VERSION": "0.32.0+cpu"})
+    stub.ready()
+    logs = stub.logs()
+    n = boot_numbers(4096, 2.0, 0.0)
+    assert "Automatically detected platform cpu." in logs and " version 0.32.0\n" in logs
+    assert f"Explicitly set ({n.kv_cache_gib}/23.54) GiB for KV cache on node 0." in logs
+    assert f"CPU KV cache size: {n.kv_cache_tokens:,} tokens" in logs
+    assert "Model loading took" not in logs and "GPU KV cache" not in logs and "Memory after warmup" not in logs
+    facts = parse_boot_log(logs)
+    assert (facts.kv_cache_device, facts.kv_cache_gib, facts.vllm_version) == ("CPU", n.kv_cache_gib, "0.32.0")
+
+
+def test_an_older_cuda_voice_keeps_the_estimate_and_refuses_a_busy_card(stub_factory):
+    stub = stub_factory(SERVE, {"STUB_VLLM_VERSION": "0.33.0"})
+    stub.ready()
+    assert "Memory after warmup" not in stub.logs() and "Starting vLLM API server 0 on unix:" in stub.logs()
+    busy = stub_factory(SERVE, {"STUB_VLLM_VERSION": "0.33.0", "STUB_FAIL": "gpu_memory_taken"})
+    assert busy.wait() == 1 and "Free memory on device cuda:0" in busy.logs()
 
 
 def test_chat_answer_names_the_body_hash_and_counts_tokens(serving):
@@ -273,7 +304,7 @@ def test_language_model_only_as_vllm_0_32_takes_it_and_older_stubs_refuse_it(stu
     # vLLM's parser declares it with BooleanOptionalAction (engine/arg_utils.py): both forms, in MultiModalConfig.
     help_all = stub_factory(["serve", "--help=all"], {"STUB_VLLM_VERSION": "0.32.0"})
     launched = stub_factory(SERVE + ["--language-model-only"], {"STUB_VLLM_VERSION": "0.32.0"})
-    older = stub_factory(SERVE + ["--language-model-only"])
+    older = stub_factory(SERVE + ["--language-model-only"], {"STUB_VLLM_VERSION": "0.11.0"})
     assert help_all.wait() == 0
     assert "\nMultiModalConfig:\n" in help_all.logs()
     assert "  --language-model-only, --no-language-model-only\n" in help_all.logs()
@@ -283,7 +314,7 @@ def test_language_model_only_as_vllm_0_32_takes_it_and_older_stubs_refuse_it(stu
 
 
 def test_old_log_format_prints_two_lines(stub_factory):
-    stub = stub_factory(SERVE, {"STUB_LOG_FORMAT": "old"})
+    stub = stub_factory(SERVE, {"STUB_LOG_FORMAT": "old", "STUB_VLLM_VERSION": "0.11.0"})
     stub.ready()
     logs = stub.logs()
     n = boot_numbers(4096, 2.0, 0.0)
@@ -302,8 +333,9 @@ def test_old_log_format_prints_two_lines(stub_factory):
     ("unsupported_quant", "ValueError: Unknown quantization method: stubq", "UNSUPPORTED_QUANT"),
     ("unsupported_arch", "Model architectures ['StubUnknownForCausalLM'] are not supported for now", "UNSUPPORTED_ARCH"),
     ("trust_remote_code", "set the option `trust_remote_code=True` to remove this error", "TRUST_REMOTE_CODE_REQUIRED"),
-    ("die_at_boot", "EngineCore failed to start.", "ENGINE_DIED"),
-    ("gpu_memory_taken", "Free memory on device cuda:0", "GPU_BUSY"),
+    ("die_at_boot", "CUDA error: an illegal memory access was encountered", "CUDA_ERROR"),
+    # 0.34 refuses no busy card at start: the cache measured after warmup is too small for one request
+    ("gpu_memory_taken", "is larger than the available KV cache memory (0.19 GiB)", "CONTEXT_EXCEEDS_KV"),
     ("needs_network", "We couldn't connect to 'https://huggingface.co'", "RUNTIME_NEEDS_NETWORK"),
 ])
 def test_failure_knob_prints_vllms_error_and_exits_1(stub_factory, fail, line, code):

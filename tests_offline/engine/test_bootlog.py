@@ -60,7 +60,7 @@ REAL_FAILURES = [
     ("NO_KV_MEMORY", "vllm-1  | ERROR 11-18 18:07:28 engine.py:366] ValueError: No available memory for the cache "
                      "blocks. Try increasing `gpu_memory_utilization` when initializing the engine.\n"),
     # vLLM's check_enough_kv_cache_memory (v1/core/kv_cache_utils.py), as quoted in public deployment notes
-    ("NO_KV_MEMORY", "ValueError: To serve at least one request with the model's max seq len (1048576), 7.89 GiB "
+    ("CONTEXT_EXCEEDS_KV", "ValueError: To serve at least one request with the model's max seq len (1048576), 7.89 GiB "
                      "KV cache is needed, which is larger than the available KV cache memory (4.0 GiB).\n"),
     # vllm-project/vllm issue #1919
     ("UNSUPPORTED_QUANT", "ValueError: Unknown quantization method: gptq. Must be one of ['awq', 'squeezellm'].\n"),
@@ -181,7 +181,7 @@ def test_stub_boot_lines_in_both_formats(fmt):
     ("load_oom", "LOAD_OOM", "Failed to load model - not enough GPU memory."),
     ("no_kv_memory", "NO_KV_MEMORY", "ValueError: No available memory for the cache blocks."),
     ("gpu_memory_taken", "GPU_BUSY", "ValueError: Free memory on device cuda:0 (15.32/79.19 GiB) on startup"),
-    ("die_at_boot", "ENGINE_DIED", "RuntimeError: CUDA error: an illegal memory access was encountered"),
+    ("die_at_boot", "CUDA_ERROR", "RuntimeError: CUDA error: an illegal memory access was encountered"),
 ])
 def test_stub_engine_failures(kind, code, quote):
     text = "\n".join(failures.engine_failure(kind)[1] + failures.api_server_gave_up())
@@ -232,7 +232,7 @@ RECORDED_FAILURES = {
     "fail-no-kv-memory": (1, False, "NO_KV_MEMORY",
                           "ValueError: No available memory for the cache blocks. Try increasing "
                           "`gpu_memory_utilization`"),
-    "fail-kv-too-small": (1, False, "NO_KV_MEMORY",
+    "fail-kv-too-small": (1, False, "CONTEXT_EXCEEDS_KV",
                           "ValueError: To serve at least one request with the model's max seq len (4096), (0.0 GiB "
                           "KV cache is needed, which is larger than the available KV cache memory (0.0 GiB). Based "
                           "on the available memory, the estimated maximum model length is 896."),

@@ -80,7 +80,7 @@ def test_engine_boots_on_its_socket_as_a_non_root_user_and_always_comes_down(doc
     assert_gone(docker_client, handle.container_id)
     assert final["removed"] and final["state_at_end"]["status"] == "running" and final["exit_code"] == 0
     log = eng.log_path
-    assert stat.S_IMODE(log.stat().st_mode) == 0o600 and "Starting vLLM API server" in log.read_text()
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600 and "Starting vLLM server on" in log.read_text()
     samples = [json.loads(line) for line in eng.samples_path.read_text().splitlines()]
     assert len(samples) >= 2 and stat.S_IMODE(eng.samples_path.stat().st_mode) == 0o600
     assert any(s.get("container_memory_bytes") for s in samples) and all(s["host_available_bytes"] for s in samples)
@@ -167,7 +167,7 @@ def test_ram_cap_holds_and_its_kill_is_classified(docker_client, tmp_path, stub_
 @pytest.mark.parametrize("knob, code", [
     ("load_oom", "LOAD_OOM"), ("no_kv_memory", "NO_KV_MEMORY"), ("unsupported_quant", "UNSUPPORTED_QUANT"),
     ("unsupported_arch", "UNSUPPORTED_ARCH"), ("trust_remote_code", "TRUST_REMOTE_CODE_REQUIRED"),
-    ("die_at_boot", "ENGINE_DIED"),
+    ("die_at_boot", "CUDA_ERROR"),
 ])
 def test_each_boot_failure_is_classified_and_its_evidence_kept(docker_client, tmp_path, stub_image, knob, code):
     blocked, eng = launch_failure(docker_client, make_spec(tmp_path, stub_image, {"STUB_FAIL": knob}))

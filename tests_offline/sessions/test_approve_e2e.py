@@ -40,16 +40,21 @@ def test_approve_load_end_to_end(docker_client, tmp_path, stub_tag):
     tests = outcomes(receipt)
     assert receipt["phases"]["probe"]["verdict"] == "PASSED", (out, tests)
     assert receipt["phases"]["load"]["verdict"] == "PASSED", (out, tests)
-    assert receipt["probe"]["passed"] and receipt["probe"]["vllm_version"] == "0.11.0"
+    assert receipt["probe"]["passed"] and receipt["probe"]["vllm_version"] == "0.34.0"
+    # the plan assumed the newest rules (no vllm_version in the settings, no earlier probe): the probe confirms them
+    assert receipt["capacity_accounting"]["version"]["basis"] == "ASSUMED"
+    assert (receipt["probe"]["accounting"]["basis"], receipt["probe"]["accounting"]["series"]) == ("PROBED", "0.34")
     assert receipt["probe"]["missing_flags"] == [] and "--uds" in receipt["probe"]["flags_checked"]
     boot = receipt["boot"]
     assert boot["ready"] and boot["facts"]["server_started"] and boot["facts"]["kv_cache_tokens"] > 0
-    assert boot["facts"]["vllm_version"] == "0.11.0" and boot["elapsed_s"] >= 1.5
+    assert boot["facts"]["vllm_version"] == "0.34.0" and boot["elapsed_s"] >= 1.5
+    # 0.34's after-warmup lines reach the landing (the stub's numbers are its own: they describe no model)
+    assert boot["facts"]["kv_extended_blocks"] and receipt["landing"]["kv_after_warmup"]["rows"]
     assert receipt["timings_s"]["probe"] > 0 and receipt["timings_s"]["load"] >= 1.5
     assert receipt["engine"]["end"]["removed"] and receipt["engine"]["end"]["state_at_end"]["status"] == "running"
     assert kit_containers(docker_client, "e2e") == []  # engine and probe containers are gone
     log = folder / "engine.log"
-    assert stat.S_IMODE(log.stat().st_mode) == 0o600 and "Starting vLLM API server" in log.read_text()
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600 and "Starting vLLM server on" in log.read_text()
     samples = (folder / "samples.jsonl").read_text().splitlines()
     assert samples and receipt["samples"]["count"] == len(samples)
     assert receipt["launch"]["gpu_uuid"] is None and receipt["launch"]["network_mode"] == "none"

@@ -17,6 +17,7 @@ import re
 from msgspec import Struct
 
 from onegpu.core.shown import cut
+from onegpu.engine.failure_table import FAILURES, FailureRow
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 STARTED = re.compile(r"Application startup complete\.?")
@@ -33,6 +34,12 @@ _CONCURRENCY = re.compile(rf"Maximum concurrency for\s*({NUM})\s*tokens per requ
 _LOAD = re.compile(rf"Model loading took\s*({NUM})\s*(?:GiB|GB)(?:\s+memory)?\s+and\s+({NUM})\s*s")
 _LOAD_OLD = re.compile(rf"Loading model weights took\s*({NUM})\s*(?:GiB|GB)")
 _WEIGHTS = re.compile(rf"Loading weights took\s*({NUM})\s*s")
+# The V0 engine: its memory profiling summary ("model weights take X GiB; ... the rest of the memory reserved for
+# KV Cache is Y GiB", or "Memory profiling results: ... kv_cache_size=Y GiB") and its block count ("# GPU blocks: N"
+# on a GPU, "# cuda blocks: N" in some releases), vllm/worker/worker.py and vllm/executor/executor_base.py.
+_V0_WEIGHTS = re.compile(rf"model weights take\s*({NUM})\s*GiB")
+_V0_KV_GIB = re.compile(rf"the rest of the memory reserved for KV Cache is\s*({NUM})\s*GiB|kv_cache_size=({NUM})GiB")
+_V0_BLOCKS = re.compile(rf"(?:^|# )(?:GPU|cuda) blocks:\s*({NUM})", re.M)
 _OFFLOAD = re.compile(rf"Total CPU offloaded parameters:\s*({NUM})")
 # vLLM 0.34's extensible KV cache (v1/worker/extensible_kv_cache.py: measure_kv_cache_blocks, extend_kv_cache): the
 # memory measured after warmup, and the blocks committed then. Numbers are format_gib's round(x, 2) printed by %s.
@@ -46,42 +53,15 @@ _VERSIONS = [re.compile(r"vLLM (?:API )?server version\s+([^\s,]+)"),
              re.compile(r"Initializing an? (?:V\d )?LLM engine \(v([^)\s]+)\)"),
              re.compile(r"█.*\bversion\s+(\S+)")]
 
-# Failure signatures, most specific first; each is the engine's (or transformers') own error text, from
-# the recorded real logs, vLLM 0.32.0's source, or public bug reports (tests_offline/engine/test_bootlog.py).
-FAILURE_PATTERNS: list[tuple[str, re.Pattern]] = [
-    ("LOAD_OOM", re.compile(r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|CUDA error: out of memory|"
-                            r"Failed to load model - not enough GPU memory")),
-    ("NO_KV_MEMORY", re.compile(r"No available memory for the cache blocks|KV cache is needed, which is larger "
-                                r"than the available KV cache memory|insufficient\b.*\bKV cache|"
-                                r"on kv cache allocation is less than requested memory for kv|"
-                                r"Cannot auto-fit max_model_len: not enough GPU memory", re.I)),
-    ("GPU_BUSY", re.compile(r"Free memory on device \S+ \([^)]*\) on startup is less than (?:desired GPU memory "
-                            r"utilization|the engine's budget after excluding external process's weights)|"
-                            r"Externally held weights on device \S+ \([^)]*\) exceed the desired GPU memory")),
-    ("UNSUPPORTED_QUANT", re.compile(r"Unknown quantization method|The quantization method \S+ is not supported "
-                                     r"for the current GPU|Unsupported quantization|No MXFP4 MoE backend supports "
-                                     r"the deployment configuration")),
-    ("UNSUPPORTED_ARCH", re.compile(r"Model architectures \[[^\]]*\] are not supported for now|does not recognize "
-                                    r"this architecture|Model architecture \S+ (?:was supported in vLLM until|is "
-                                    r"not supported in-tree anymore)")),
-    ("CHECKPOINT_INCOMPLETE", re.compile(r"Weight files referenced in index but missing|Following weights were "
-                                         r"not initialized from checkpoint")),
-    ("CONTEXT_TOO_LONG", re.compile(r"User-specified max_model_len \(\d+\) is greater than the derived "
-                                    r"max_model_len")),
-    ("SHM_TOO_SMALL", re.compile(r"Insufficient space in /dev/shm")),
-    ("RUNTIME_INCOMPATIBLE", re.compile(r"\berror: unrecognized arguments:")),
-    ("TRUST_REMOTE_CODE_REQUIRED", re.compile(
-        r"requires you to execute the configuration file|contains custom code which must be executed|"
-        r"consider setting `trust_remote_code=True`|Please pass the argument `trust_remote_code=True`")),
-    ("RUNTIME_NEEDS_NETWORK", re.compile(
-        r"Network is unreachable|We couldn't connect to 'https://huggingface\.co'|Temporary failure in name "
-        r"resolution|Name or service not known|Failed to establish a new connection|outgoing traffic has been "
-        r"disabled")),
-]
-
-# What a log line says before its message: "(EngineCore pid=27) ERROR 12-03 10:14:21 [core.py:1510] ".
-_HEADER = re.compile(r"^(?:\([\w.:-]+ pid=\d+\)\s*)?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d "
-                     r"\d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\]\s?)?")
+# What a log line says before its message, as vLLM and the tools around it print it; stripped one after another:
+# a CI timestamp "[2026-01-28T23:59:42Z] ", a docker compose "vllm-1  | ", vllm-omni's "[Stage-0] ", the process
+# "(EngineCore_DP0 pid=27) " / "(VllmWorker rank=3 pid=1090) " / "(LLMEngine pid=2, ip=10.0.0.1) ", then the level,
+# time and source, bracketed ("ERROR 12-03 10:14:21 [core.py:1510] ") or not (the V0 engine's "ERROR 10-23
+# 23:20:26 registry.py:272] ").
+_DECORATION = re.compile(r"^(?:\[\d{4}-\d\d-\d\dT[\d:.]+Z?\]\s+|[\w.-]+\s+\|\s|\[Stage-\d+\]\s+|"
+                         r"\s*\([\w.: =-]+ pid=\d+(?:, ip=[\d.]+)?\)\s*|\[[\w.]+:\d+\]\s+)")
+_LEVEL = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+                    r"(?:\[[^\]]*\]|[\w.]+:\d+\])\s?")
 # A process of the engine that ended: the executor's "Worker proc VllmWorker-0 died unexpectedly (exit code:
 # -9)" and the API server's "Failed core proc(s): {'EngineCore': -9}" (v1/engine/utils.py).
 _PROC_DIED = re.compile(r"died unexpectedly \(exit code: [^)]*\)|Failed core proc\(s\): \{[^}]*\}")
@@ -95,7 +75,8 @@ _EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exc
 # Wrappers that only point at a root cause printed elsewhere; quoted when the log holds nothing better.
 _GENERIC = re.compile(r"Engine core initialization failed\. See root cause above|WorkerProc initialization "
                       r"failed due to an exception in a background process|EngineCore encountered an issue\. See "
-                      r"stack trace|^RuntimeError: cancelled$")
+                      r"stack trace|^RuntimeError: cancelled$|EngineCore encountered a fatal error|Error in chat "
+                      r"completion stream generator")
 
 
 class KvAfterWarmup(Struct, frozen=True):
@@ -129,6 +110,7 @@ class BootFacts(Struct, frozen=True):
     kv_after_warmup: KvAfterWarmup | None = None  # vLLM 0.34's extensible KV cache: the memory it was sized from
     kv_extended_blocks: int | None = None  # 0.34: "Extended KV cache to N blocks (X GiB)": the blocks committed
     kv_extended_gib: float | None = None  # ... and their physical bytes (whole granules per segment)
+    kv_gpu_blocks: int | None = None  # the V0 engine's "# GPU blocks: N": KV blocks of its block size
 
 
 class Failure(Struct, frozen=True):
@@ -142,9 +124,13 @@ class Failure(Struct, frozen=True):
     quote: str | None
 
 
+# ANSI colour codes as a paste shows them in caret notation: "^[[0;36m".
+CARET_ANSI = re.compile(r"\^\[\[[0-9;]*m")
+
+
 def clean(text: str) -> str:
-    """Log text without ANSI colour codes and carriage-return progress redraws."""
-    return ANSI.sub("", text).replace("\r", "\n")
+    """Log text without ANSI colour codes (raw or in caret notation) and carriage-return progress redraws."""
+    return CARET_ANSI.sub("", ANSI.sub("", text)).replace("\r", "\n")
 
 
 def _number(raw: str) -> float:
@@ -161,10 +147,11 @@ def _last(pattern: re.Pattern, text: str) -> re.Match | None:
 def parse_boot_log(text: str) -> BootFacts:
     """The boot numbers of a vLLM log (last value wins where a line repeats, e.g. per worker)."""
     text = clean(text)
-    kv_gib = _last(_KV_GIB, text) or _last(_KV_GIB_CPU, text)
+    kv_gib = _last(_KV_GIB, text) or _last(_KV_GIB_CPU, text) or _last(_V0_KV_GIB, text)
     kv_tokens = _last(_KV_TOKENS, text)
     conc, load, offload = _last(_CONCURRENCY, text), _last(_LOAD, text), _last(_OFFLOAD, text)
-    load_old = _last(_LOAD_OLD, text) if load is None else None
+    load_old = (_last(_LOAD_OLD, text) or _last(_V0_WEIGHTS, text)) if load is None else None
+    v0_blocks = _last(_V0_BLOCKS, text)
     weights = _last(_WEIGHTS, text)
     warm, extended = _last(_AFTER_WARMUP, text), _last(_EXTENDED, text)
     version = None
@@ -174,7 +161,7 @@ def parse_boot_log(text: str) -> BootFacts:
             version = found.group(1)
             break
     return BootFacts(
-        kv_cache_gib=_number(kv_gib.group(1)) if kv_gib else None,
+        kv_cache_gib=_number(next(g for g in kv_gib.groups() if g is not None)) if kv_gib else None,
         kv_cache_tokens=int(_number(kv_tokens.group(2))) if kv_tokens else None,
         max_concurrency=_number(conc.group(2)) if conc else None,
         concurrency_tokens=int(_number(conc.group(1))) if conc else None,
@@ -188,6 +175,7 @@ def parse_boot_log(text: str) -> BootFacts:
         kv_after_warmup=_after_warmup(warm) if warm else None,
         kv_extended_blocks=int(_number(extended.group(1))) if extended else None,
         kv_extended_gib=_number(extended.group(2)) if extended else None,
+        kv_gpu_blocks=int(_number(v0_blocks.group(1))) if v0_blocks else None,
     )
 
 
@@ -198,8 +186,14 @@ def _after_warmup(match: re.Match) -> KvAfterWarmup:
 
 
 def _message(line: str) -> str:
-    """A log line's message: without the process prefix, level, time and source location."""
-    return _HEADER.sub("", line.rstrip(), count=1)
+    """A log line's message: without the decorations, process prefix, level, time and source location."""
+    line = line.rstrip()
+    while True:
+        stripped = _DECORATION.sub("", line, count=1)
+        if stripped == line:
+            break
+        line = stripped
+    return _LEVEL.sub("", line, count=1)
 
 
 def _quote(line: str) -> str:
@@ -217,12 +211,29 @@ def _boot_part(text: str) -> str:
 
 
 def failure_in_log(text: str) -> tuple[str, str] | None:
-    """(code, the engine's line that shows it) for the first failure signature before the server started."""
-    lines = _boot_part(clean(text)).splitlines()
-    for code, pattern in FAILURE_PATTERNS:
-        for line in lines:
-            if pattern.search(line) and not _is_code_line(_message(line)):
-                return code, _quote(line)
+    """(code, the engine's line that shows it): the first row of the failure table (onegpu.engine.failure_table)
+    that matches a line, before the server started or, for the rows of every phase, anywhere."""
+    found = classify_lines(clean(text))
+    return (found[0].code, found[1]) if found else None
+
+
+def classify_lines(text: str) -> tuple[FailureRow, str] | None:
+    """(the row, its quote) of the first table row that matches a line of the cleaned log."""
+    every = text.splitlines()
+    boot = _boot_part(text).splitlines()
+    messages = {i: _message(line) for i, line in enumerate(every)}
+    for row in FAILURES:
+        pattern, after = row.compiled(), row.compiled_after()
+        lines = every if row.phase == "any" else boot
+        since = None if after is None else next((i for i, line in enumerate(lines) if after.search(line)), None)
+        if after is not None and since is None:
+            continue
+        for i, line in enumerate(lines):
+            if since is not None and i <= since:
+                continue
+            message = messages[i]
+            if pattern.search(message) and not _is_code_line(message):
+                return row, cut(message.strip(), QUOTE_LIMIT)
     return None
 
 
@@ -236,11 +247,15 @@ def death_in_log(text: str) -> str | None:
     generic = None
     last_error = None
     for line in clean(text).splitlines():
-        message = _message(line).strip()
+        raw = _message(line)
+        message = raw.strip()
         if not message:
             continue
-        if " ERROR " in line[:80] or line.startswith("ERROR"):
+        if (" ERROR " in line[:80] or line.startswith("ERROR")) and not _is_code_line(raw):
             last_error = line
+        if _GENERIC.search(message) and not (_PROC_DIED.search(message) or _EXCEPTION.search(message)):
+            generic = generic or line
+            continue
         if _SIGKILLED.search(message):
             return _quote(line)
         if not (_PROC_DIED.search(message) or _EXCEPTION.search(message)):

@@ -5,64 +5,31 @@ It runs before the checkpoint is hashed, so a wrong image costs seconds, not an 
 """
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import requests
 from docker.errors import APIError, NotFound
 
 from onegpu.engine.launch import LABEL_ROLE, LaunchSpec
 from onegpu.core.outcomes import Blocked
-from onegpu.engine.probe_parse import PROBE_MARKER, ProbeFacts, judge_probe, parse_probe_output
+from onegpu.engine.probe_parse import ProbeFacts, judge_probe, parse_probe_output
 from onegpu.core.jsonable import to_json
 
 PROBE_TIMEOUT_S = 300  # importing vLLM and building its parser takes seconds to a minute on real images
-HELP_TIMEOUT_S = 120
 
-# Runs inside the image with its own python3 (vLLM images have it on PATH). It only reads: versions, the
-# device count, and the help texts; the host does the judging (onegpu.engine.probe_parse).
-PROBE_SCRIPT = f"""
-import json, shutil, subprocess, sys
-out = {{"errors": [], "vllm_version": None, "torch_version": None, "cuda_device_count": None, "platform": None,
-       "help": {{}}}}
-try:
-    import vllm
-    out["vllm_version"] = str(getattr(vllm, "__version__", "unknown"))
-except Exception as exc:
-    out["errors"].append("import vllm: %s: %s" % (type(exc).__name__, exc))
-try:
-    from vllm.platforms import current_platform
-    out["platform"] = str(current_platform.device_type)
-except Exception as exc:
-    out["platform_error"] = "%s: %s" % (type(exc).__name__, exc)
-try:
-    import torch
-    out["torch_version"] = str(torch.__version__)
-    out["cuda_device_count"] = int(torch.cuda.device_count())
-except Exception as exc:
-    out["errors"].append("torch: %s: %s" % (type(exc).__name__, exc))
-exe = shutil.which("vllm")
-if exe is None:
-    out["errors"].append("no vllm command on PATH")
-else:
-    # --help=all lists every flag on releases that page their help; older ones refuse it and list all
-    # flags under plain --help. Both are asked; the host takes the union of the answers that succeeded.
-    for mode in ("--help=all", "--help"):
-        try:
-            done = subprocess.run([exe, "serve", mode], capture_output=True, text=True, timeout={HELP_TIMEOUT_S})
-            out["help"][mode] = {{"exit_code": done.returncode, "text": done.stdout,
-                                  "stderr_tail": done.stderr[-2000:]}}
-        except subprocess.TimeoutExpired:
-            out["help"][mode] = {{"exit_code": None, "text": "", "stderr_tail": ""}}
-            out["errors"].append("vllm serve %s did not answer within {HELP_TIMEOUT_S} s" % mode)
-sys.stdout.write("\\n{PROBE_MARKER}" + json.dumps(out) + "\\n")
-"""
+# Runs inside the image with its own python3 (vLLM images have it on PATH); it only reads, and the host judges
+# what it printed (onegpu.engine.probe_parse).
+PROBE_SCRIPT = (Path(__file__).parent / "probe_script.py").read_text(encoding="utf-8")
 
 
 def probe_create_kwargs(spec: LaunchSpec) -> dict:
     """The engine's container settings (image ID, GPU, network none, caps, user) with the probe's command
     and no mounts: the probe needs neither the checkpoint nor the socket folder."""
     kwargs = spec.create_kwargs()
-    kwargs.update(name=f"{spec.name}-probe", entrypoint=["python3"], command=["-c", PROBE_SCRIPT], mounts=[],
+    kwargs.update(name=f"{spec.name}-probe", entrypoint=["python3"],
+                  command=["-c", PROBE_SCRIPT, json.dumps(["serve", *spec.command[1:]])], mounts=[],
                   labels={**spec.labels, LABEL_ROLE: "probe"})
     return kwargs
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from onegpu.requests.batch_summary import summary_lines
+from onegpu.core.outcomes import ADVICE, CODES
 from onegpu.core.units import gib
 from onegpu.report.insight import landing, operator_score
 from onegpu.report.parts import ONE_WORKER, RANK0_GPU, absent, e, kv, multi_gpu_protocol, num, section, table, text
@@ -102,6 +103,8 @@ def boot(receipt: ReceiptData) -> str:
         failure = b.get("failure") or {}
         body.append(f'<p class="og-blocked">BLOCKED {e(b.get("code"))}: {e(b.get("message"))}</p>')
         body.append(kv([("the engine's own words", failure.get("quote") or "none: its log states no reason"),
+                        ("what it means", CODES.get(str(b.get("code")), "")),
+                        ("what to do", ADVICE.get(str(b.get("code")), "read engine.log in the run folder")),
                         ("exit code", failure.get("exit_code")), ("OOMKilled", failure.get("oom_killed")),
                         ("timed out", failure.get("timed_out")), ("boot deadline", _seconds(failure.get(
                             "boot_deadline_s")))]))
@@ -169,7 +172,8 @@ def _engine_end(end: dict | None) -> list[tuple[str, object]]:
     if not end:
         return []
     return [("the engine died", f"{text(end.get('code'))} {text(end.get('why'))}"),
-            ("the engine's own words", end.get("quote") or "none: its log states no reason")]
+            ("the engine's own words", end.get("quote") or "none: its log states no reason"),
+            ("what to do", ADVICE.get(str(end.get("code")), "read engine.log in the run folder"))]
 
 
 def canary(receipt: ReceiptData) -> str:

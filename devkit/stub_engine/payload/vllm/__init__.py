@@ -1,7 +1,10 @@
-"""Test double of the `vllm` package: only what the kit's runtime probe reads (no engine inside).
+"""The stub's `vllm` package: only what the runtime probe imports (its version and its platform).
 
-The version comes from STUB_VLLM_VERSION (default 0.11.0), so one image can play several vLLM versions.
+The version comes from STUB_VLLM_VERSION (default: the newest release, vllm_stub/knobs.py), so one image can play
+several vLLM versions.
 """
 import os as _os
 
-__version__ = _os.environ.get("STUB_VLLM_VERSION") or "0.11.0"
+from vllm_stub.knobs import DEFAULT_VERSION as _DEFAULT
+
+__version__ = _os.environ.get("STUB_VLLM_VERSION") or _DEFAULT

@@ -75,6 +75,8 @@ FLAGS: list[tuple[str, tuple[str, ...], dict]] = [
     ("CacheConfig", ("--kv-cache-dtype",), dict(default="auto", choices=["auto", "bfloat16", "fp8", "fp8_ds_mla", "fp8_e4m3", "fp8_e5m2", "fp8_inc"], help="Data type for kv cache storage.")),
     ("CacheConfig", ("--enable-prefix-caching",), dict(action=BOOL, default=None, help="Whether to enable prefix caching.")),
     ("CacheConfig", ("--cpu-offload-gb",), dict(type=float, default=0, help="The space in GiB to offload to CPU, per GPU.")),
+    ("CacheConfig", ("--kv-cache-memory-bytes",), dict(type=human_int, default=None, help="Size of KV Cache per GPU in bytes.")),
+    ("CacheConfig", ("--enable-extensible-kv-cache",), dict(action=BOOL, default=None, help="Reserve the KV cache address range with device virtual memory and commit physical pages after warmup.")),
     ("SchedulerConfig", ("--max-num-batched-tokens",), dict(type=human_int, default=None, help="Maximum number of tokens to be processed in a single iteration.")),
     ("SchedulerConfig", ("--max-num-seqs",), dict(type=int, default=None, help="Maximum number of sequences to be processed in a single iteration.")),
     ("SchedulerConfig", ("--enable-chunked-prefill",), dict(action=BOOL, default=None, help="If True, prefill requests can be chunked based on the remaining max_num_batched_tokens.")),
@@ -101,8 +103,12 @@ def build_parser(knobs: Knobs) -> argparse.ArgumentParser:
     groups: dict[str, argparse._ActionsContainer] = {"options": parser}
     for group, flags, kwargs in FLAGS:
         if (flags[0] == "--uds" and not knobs.has_uds
-                or flags[0] == "--language-model-only" and not knobs.has_language_model_only):
+                or flags[0] == "--language-model-only" and not knobs.has_language_model_only
+                or flags[0] == "--enable-extensible-kv-cache" and not knobs.has_extensible_kv_cache):
             continue
+        if flags[0] == "--gpu-memory-utilization" and knobs.has_extensible_kv_cache:
+            # 0.34: unset resolves 1.0 with the extensible KV cache (config/cache.py:resolved_gpu_memory_utilization)
+            kwargs = {**kwargs, "default": None}
         if group not in groups:
             groups[group] = parser.add_argument_group(group, GROUP_DESCRIPTIONS.get(group))
         groups[group].add_argument(*flags, **kwargs)

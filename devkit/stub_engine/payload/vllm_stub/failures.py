@@ -69,8 +69,37 @@ ARCHS = ["LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2F
          "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM", "GptOssForCausalLM"]
 
 
-def engine_failure(kind: str) -> tuple[str, list[str]]:
-    """(when, lines) for failures of the engine core: when is "load" (during weight loading) or "kv"."""
+# vLLM 0.34.0 words its KV refusals with a hint of what to change (v1/core/kv_cache_planning.py:
+# _more_kv_cache_memory_hint, _check_enough_kv_cache_memory); with the extensible KV cache and a
+# --gpu-memory-utilization below 1.0, the hint names the utilization. A card another process holds is no longer
+# refused at start (v1/worker/utils.py:request_memory): the cache measured after warmup is too small instead, and
+# shrink_kv_cache_configs refuses it.
+_HINT_034 = ("The KV cache gets what is left after {used_by} within `gpu_memory_utilization`=0.85; increase it (with "
+             "the extensible KV cache it defaults to 1.0) or decrease `max_model_len` or `max_num_seqs`.")
+NO_KV_TEXT_034 = ("ValueError: No available memory for the cache blocks. "
+                  + _HINT_034.format(used_by="the model and its activations")
+                  + " See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
+TAKEN_AFTER_WARMUP_034 = (
+    "ValueError: To serve at least one request with the model's max seq len (8192), (1.0 GiB KV cache is needed, "
+    "which is larger than the available KV cache memory (0.19 GiB). Based on the available memory, the estimated "
+    "maximum model length is 1536. " + _HINT_034.format(used_by="the model, its activations, CUDA graphs and warmup")
+    + " CUDA graphs take less with fewer or smaller capture sizes in the compilation config. Decreasing "
+      "`max_model_len` also reduces what is needed. See https://docs.vllm.ai/en/latest/configuration/"
+      "conserving_memory/ for more details.")
+_KV_FRAMES_034 = _CORE_FRAMES + [
+    (f"{SITE}/vllm/v1/engine/core.py", 427, "_initialize_kv_caches", "num_blocks = finalize_extensible_kv_cache("),
+    (f"{SITE}/vllm/v1/core/kv_cache_planning.py", 1900, "finalize_extensible_kv_cache", "shrink_kv_cache_configs("),
+    (f"{SITE}/vllm/v1/core/kv_cache_planning.py", 1124, "_check_enough_kv_cache_memory", "raise ValueError("),
+]
+
+
+def engine_failure(kind: str, voice: str = "cuda") -> tuple[str, list[str]]:
+    """(when, lines) for failures of the engine core: when is "load" (during weight loading) or "kv"; `voice` is
+    the release whose words are used (voices.py: "0.34-cuda" words the KV refusals as 0.34.0 does)."""
+    if voice == "0.34-cuda" and kind == "no_kv_memory":
+        return "kv", ["EngineCore failed to start."] + traceback_lines(_KV_FRAMES, NO_KV_TEXT_034)
+    if voice == "0.34-cuda" and kind == "gpu_memory_taken":
+        return "kv", ["EngineCore failed to start."] + traceback_lines(_KV_FRAMES_034, TAKEN_AFTER_WARMUP_034)
     if kind == "load_oom":
         return "load", [LOAD_OOM_LOGGED, "EngineCore failed to start."] + traceback_lines(_LOAD_FRAMES, OOM_TEXT)
     if kind == "no_kv_memory":

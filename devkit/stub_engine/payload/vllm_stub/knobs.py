@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-DEFAULT_VERSION = "0.11.0"
+DEFAULT_VERSION = "0.34.0"  # the newest release; the stub speaks its words and knows its flags (voices.py, args.py)
 # `vllm serve --uds` exists from vLLM 0.10.1 on (the kit's RUNTIME_INCOMPATIBLE check relies on it).
 UDS_SINCE = (0, 10, 1)
 # `--language-model-only` is in vLLM 0.32.0's parser (engine/arg_utils.py, the MultiModalConfig group), the
@@ -14,6 +14,8 @@ LANGUAGE_MODEL_ONLY_SINCE = (0, 32, 0)
 # `--help` prints only the argument groups and `--help=all` lists every flag from here on (the stub's
 # cut-off; older stubs print plain argparse help and reject `--help=all` as argparse does).
 HELP_GROUPS_SINCE = (0, 10, 0)
+# vLLM 0.34.0's CacheConfig: --enable-extensible-kv-cache, and --gpu-memory-utilization unset by default.
+EXTENSIBLE_KV_CACHE_SINCE = (0, 34, 0)
 
 FAIL_KINDS = (
     "load_oom", "no_kv_memory", "unsupported_quant", "unsupported_arch", "trust_remote_code",
@@ -57,6 +59,10 @@ class Knobs:
     @property
     def help_groups(self) -> bool:
         return self.version_tuple >= HELP_GROUPS_SINCE
+
+    @property
+    def has_extensible_kv_cache(self) -> bool:
+        return self.version_tuple >= EXTENSIBLE_KV_CACHE_SINCE
 
 
 def version_tuple(text: str) -> tuple[int, ...]:

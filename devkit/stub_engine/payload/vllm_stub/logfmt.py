@@ -31,6 +31,10 @@ class BootNumbers:
     load_s: float
     cpu_offload_gib: float
 
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return KV_BYTES_PER_TOKEN
+
 
 def boot_numbers(max_model_len: int | None, cpu_offload_gb: float, boot_delay_s: float) -> BootNumbers:
     """Deterministic boot values from the serve arguments."""

@@ -9,7 +9,8 @@ import time
 from . import failures
 from .args import SUBCOMMANDS, non_default_args, parse_serve, top_usage
 from .knobs import KnobError, Knobs, read_knobs
-from .logfmt import VllmLog, boot_numbers, kv_lines, load_line, offload_line
+from .logfmt import VllmLog, boot_numbers, offload_line
+from .voices import VOICE_CPU, VOICE_CUDA as VOICE_CUDA_OLD, banner, load_and_kv, voice_of
 
 CONFIG_FAILURES = ("unsupported_quant", "unsupported_arch", "trust_remote_code", "needs_network")
 ENGINE_LOAD_FAILURES = ("load_oom", "gpu_memory_taken")
@@ -101,8 +102,13 @@ def serve(args, knobs: Knobs) -> int:
 
     log = VllmLog(knobs.log_format, os.getpid())
     n = boot_numbers(args.max_model_len, args.cpu_offload_gb, knobs.boot_delay_s)
-    log.info("", "__init__.py:216", "Automatically detected platform cuda.")
-    log.info("APIServer", "api_server.py:1839", f"vLLM API server version {knobs.version}")
+    voice = voice_of(knobs.version, knobs.version_tuple)
+    log.info("", "__init__.py:287", f"Automatically detected platform {'cpu' if voice == VOICE_CPU else 'cuda'}.")
+    if voice == VOICE_CUDA_OLD:
+        log.info("APIServer", "api_server.py:1839", f"vLLM API server version {knobs.version}")
+    else:  # 0.32's and 0.34's logo banner (vllm/entrypoints/common/startup.py)
+        for where, message in banner(knobs.version.split("+")[0], args.model):
+            log.info("APIServer", where, message)
     log.info("APIServer", "utils.py:233", f"non-default args: {non_default_args(args, knobs)}")
     log.warning("APIServer", "stub.py:1", "onegpu stub engine: a test double of vLLM's control surface; "
                                           "no model is loaded and no GPU is used")
@@ -129,7 +135,7 @@ def serve(args, knobs: Knobs) -> int:
         log.info("APIServer", "scheduler.py:205",
                  f"Chunked prefill is enabled with max_num_batched_tokens={args.max_num_batched_tokens or 2048}.")
     log.info("EngineCore", "core.py:133",
-             f"Initializing a V1 LLM engine (v{knobs.version}) with config: model='{args.model}', "
+             f"Initializing a V1 LLM engine (v{knobs.version.split('+')[0]}) with config: model='{args.model}', "
              f"tokenizer='{args.tokenizer or args.model}', trust_remote_code={args.trust_remote_code}, "
              f"max_seq_len={n.max_model_len}, tensor_parallel_size={args.tensor_parallel_size}, "
              f"pipeline_parallel_size={args.pipeline_parallel_size}, quantization={args.quantization}, "
@@ -140,26 +146,32 @@ def serve(args, knobs: Knobs) -> int:
         return hold_memory(log, knobs)
     if args.cpu_offload_gb > 0:
         log.info("Worker", *offload_line(n))
-    if fail in ENGINE_LOAD_FAILURES:
-        return fail_engine(log, failures.engine_failure(fail)[1])
+    if fail in ENGINE_LOAD_FAILURES and failures.engine_failure(fail, voice)[0] == "load":
+        return fail_engine(log, failures.engine_failure(fail, voice)[1])
     time.sleep(knobs.boot_delay_s / 2)
     log.write("Loading safetensors checkpoint shards: 100% Completed | 1/1 [00:00<00:00,  2.10it/s]")  # no prefix
-    log.info("Worker", "default_loader.py:501", "Loading weights took 0.48 seconds")
-    log.info("Worker", *load_line(knobs.log_format, n))
+    loaded, kv = load_and_kv(voice, knobs.log_format, n, args.gpu_memory_utilization or 1.0)
+    for proc, level, where, message in loaded:
+        log.write(log.format(proc, level, where, message))
     if fail == "hang_at_boot":
         while True:
             time.sleep(3600)
     time.sleep(knobs.boot_delay_s / 2)
-    if fail in ENGINE_KV_FAILURES:
-        return fail_engine(log, failures.engine_failure(fail)[1])
-    log.info("Worker", "gpu_worker.py:760", f"Available KV cache memory: {n.kv_cache_gib:.2f} GiB")
-    for where, msg in kv_lines(knobs.log_format, n):
-        log.info("EngineCore", where, msg)
+    if fail in ENGINE_KV_FAILURES or fail in ENGINE_LOAD_FAILURES:  # a load failure of 0.34 comes after warmup
+        return fail_engine(log, failures.engine_failure(fail, voice)[1])
+    for proc, level, where, message in kv:
+        log.write(log.format(proc, level, where, message))
     log.info("EngineCore", "core.py:402", "init engine (profile, create kv cache, warmup model) took 0.05 seconds")
-    log.info("APIServer", "api_server.py:1634", "Supported_tasks: ['generate']")
+    if voice == VOICE_CUDA_OLD:
+        log.info("APIServer", "api_server.py:1634", "Supported_tasks: ['generate']")
+    else:  # vllm/entrypoints/launchers/api_server/entry.py (0.32.0 recorded)
+        log.info("APIServer", "entry.py:136", "Supported tasks: ['generate']")
     listen = f"unix:{args.uds}" if getattr(args, "uds", None) else f"http://{args.host or '0.0.0.0'}:{args.port}"
-    index = " 0" if knobs.has_uds else ""
-    log.info("APIServer", "api_server.py:1912", f"Starting vLLM API server{index} on {listen}")
+    if voice == VOICE_CUDA_OLD:
+        index = " 0" if knobs.has_uds else ""
+        log.info("APIServer", "api_server.py:1912", f"Starting vLLM API server{index} on {listen}")
+    else:  # vllm/entrypoints/launchers/api_server/entry.py
+        log.info("APIServer", "entry.py:139", f"Starting vLLM server on {listen}")
     log.info("APIServer", "launcher.py:37", "Available routes are:")
     for route, methods in ROUTES:
         log.info("APIServer", "launcher.py:46", f"Route: {route}, Methods: {methods}")
