@@ -57,3 +57,18 @@ def test_an_out_of_memory_error_is_load_oom_before_the_weights_loaded_and_profil
              "30.1 seconds\n"
     assert explain_failure(oom, 1, False, False, False).code == "LOAD_OOM"
     assert explain_failure(loaded + oom, 1, False, False, False).code == "PROFILE_OOM"
+
+
+def test_a_refusal_on_a_workers_error_lines_alone_is_named_not_engine_died():
+    """The CPU build's memory refusal printed only by a worker, then the API server's wrapper: named as on the
+    engine core's own line (it was ENGINE_DIED while the worker's prefix hid the message)."""
+    line = ("(VllmWorker-0 pid=43) ERROR 12-03 10:14:21 [multiproc_executor.py:671] ValueError: Available memory on "
+            "node 0 (3.61/6.0 GiB) on startup is less than desired CPU memory utilization (0.85, 5.1 GiB).")
+    wrapper = ("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): "
+               "{'EngineCore': 1}")
+    for prefix in ("(VllmWorker-0 pid=43) ERROR 12-03 10:14:21 [multiproc_executor.py:671] ",
+                   "(EngineCore pid=27) ERROR 12-03 10:14:21 [core.py:1510] "):
+        log = line.replace("(VllmWorker-0 pid=43) ERROR 12-03 10:14:21 [multiproc_executor.py:671] ", prefix)
+        failure = explain_failure(f"{log}\n{wrapper}\n", 1, False, False, False)
+        assert failure.code == "HOST_MEMORY_EXHAUSTED"
+        assert failure.quote.startswith("ValueError: Available memory on node 0 (3.61/6.0 GiB)")

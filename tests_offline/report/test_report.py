@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from onegpu.core.outcomes import ADVICE, CODES
+
 from onegpu.report.summary import REVIEW_LINE, TITLE, sections
 from onegpu.report.svg import memory_plot, series, thin
 from tests_offline.report_sessions import HOSTILE, MODEL, kit_sections, partial_receipt
@@ -144,6 +146,11 @@ def test_a_boot_failure_shows_its_code_and_the_escaped_log_tail(real_runs):
     found = kit_sections(report_of(real_runs.folder("oom")))
     assert "BLOCKED LOAD_OOM" in found["boot"] and "CUDA out of memory" in found["boot"]
     assert "not run" not in found["custody"]  # custody ran before the load failed
+    # the engine's own line, what the code means and what to do about it (onegpu.core.outcomes)
+    quote = json.loads((real_runs.folder("oom") / "receipt.json").read_text())["boot"]["failure"]["quote"]
+    assert f"<td>{html.escape(quote)}</td>" in found["boot"]
+    assert f"<td>{html.escape(CODES['LOAD_OOM'])}</td>" in found["boot"]
+    assert f"<td>{html.escape(ADVICE['LOAD_OOM'])}</td>" in found["boot"]
 
 
 def test_replayed_and_synthetic_banners_are_on_top(tmp_path):

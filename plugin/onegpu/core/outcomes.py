@@ -59,8 +59,9 @@ CODES: dict[str, str] = {
     "GPU_UNSUPPORTED": ("the GPU lacks what the engine build or the model needs: kernels for its compute capability, "
                         "or bfloat16"),
     "DISTRIBUTED_INIT_FAILED": "NCCL or torch.distributed failed while the engine started its parallel workers",
-    "HOST_MEMORY_EXHAUSTED": ("the host refused the engine memory it asked for (an mmap or allocation failed, or a "
-                              "loader's memory limit was reached), short of a kill"),
+    "HOST_MEMORY_EXHAUSTED": ("the host refused the engine memory it asked for (an mmap or allocation failed, a "
+                              "loader's memory limit was reached, or the CPU build found less free RAM than its "
+                              "utilization target), short of a kill"),
     "INVALID_ENGINE_ARGUMENT": "the engine's argument parser refused a value of a flag it knows",
     "CUDA_ERROR": "a CUDA error (an illegal memory access, a device-side assert) ended the engine",
     "SHM_TOO_SMALL": "the container's /dev/shm is smaller than the engine's shared-memory queues need",

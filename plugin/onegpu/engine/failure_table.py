@@ -143,6 +143,13 @@ FAILURES: tuple[FailureRow, ...] = (
     FailureRow("HOST_MEMORY_EXHAUSTED", r"unable to mmap \d+ bytes from file .*Cannot allocate memory|"
                r"RunaiStreamerMemoryLimitException", "safetensors' mmap and the Run:ai model streamer's memory limit "
                "(vllm/model_executor/model_loader/)", "gpu_logs/gap-fail-other-host-enomem-mmap-safetensors-v0_9x"),
+    FailureRow("HOST_MEMORY_EXHAUSTED", r"Available memory on node \d+ \([^)]*\) on startup is less than desired CPU "
+               r"memory utilization", "vllm/v1/worker/cpu_worker.py:CPUWorker.init_device (the CPU build, 0.32.0)",
+               "(VllmWorker-0 pid=43) ERROR 12-03 10:14:21 [multiproc_executor.py:671] ValueError: Available memory "
+               "on node 0 (3.61/6.0 GiB) on startup is less than desired CPU memory utilization (0.85, 5.1 GiB). On "
+               "the CPU backend, the `--gpu-memory-utilization` flag controls the fraction of CPU memory reserved "
+               "(despite its name). To resolve: decrease `--gpu-memory-utilization` (e.g. `--gpu-memory-utilization "
+               "0.5`) or reduce CPU memory used by other processes."),
     FailureRow("SHM_TOO_SMALL", r"Insufficient space in /dev/shm", "vllm/distributed/device_communicators/"
                "shm_broadcast.py", "engine_logs/fail-shm-too-small"),
     FailureRow("INVALID_ENGINE_ARGUMENT", r"\berror: argument [^:]+: invalid \w+(?: value)?:",

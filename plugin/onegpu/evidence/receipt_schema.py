@@ -246,6 +246,9 @@ class ProbeSection(TypedDict, total=False):
     message: Any
     missing_flags: Any
     numbers: Any
+    parser_judged: Any  # the launch argv was judged by the release's own `vllm serve` parser
+    parser_note: Any
+    cuda_init_error: Any  # torch's reason for seeing no CUDA device, in its words
     passed: Any
     platform: Any
     torch_version: Any
