@@ -5,6 +5,7 @@ several vLLM versions.
 """
 import os as _os
 
-from vllm_stub.knobs import DEFAULT_VERSION as _DEFAULT  # type: ignore[import-not-found]  (a top-level package of the image, beside this one)
+# vllm_stub is a top-level package of the image, beside this one; mypy, run over the repository, cannot see it there.
+from vllm_stub.knobs import DEFAULT_VERSION as _DEFAULT  # type: ignore[import-not-found]
 
 __version__ = _os.environ.get("STUB_VLLM_VERSION") or _DEFAULT
