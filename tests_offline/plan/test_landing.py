@@ -184,5 +184,5 @@ def test_an_approval_against_the_stub_engine_records_its_landing(docker_client, 
     assert landing["measured"]["weights_gpu_bytes"] == 4 * GIB and landing["measured"]["kv_pool_tokens"] == 25600
     assert landing["measured"]["gpu_not_measured"] and landing["floor"]["status"] == "not checked"
     assert landing["at_ready"]["host_available_bytes"] > 0  # psutil measures the host even without NVML
-    assert receipt["consistency"]["probe_vllm_version"] == "0.11.0"
+    assert receipt["consistency"]["probe_vllm_version"] == "0.34.0"
     assert any(line.startswith("landing GPU free after boot: not measured") for line in receipt["shown"]["load"])

@@ -111,7 +111,10 @@ def test_exact_pinning_is_an_alternative_to_measure_never_the_proposal():
     assert exact["settings"] == {"offload_pinning": "exact", "container_ram_gib": 59} and exact["confirmed"] is False
     assert "UNCONFIRMED" in exact["why"] and "VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1" in exact["why"]
     assert p.settings["container_ram_gib"] == 75 and "offload_pinning" not in p.settings
-    assert [a["name"] for a in p.alternatives] == ["exact pinning"]  # no experts: no selective offload to show
+    # no experts: no selective offload to show; more offload moves all 40 layers (120 GiB) off the card
+    assert [a["name"] for a in p.alternatives] == ["exact pinning", "more offload"]
+    more = p.alternatives[1]
+    assert more["settings"]["cpu_offload_gib"] == 120 and more["offloaded_bytes"] == 120 * GIB
 
 
 def moe_layers_table(layers: int = 40) -> dict:
@@ -140,6 +143,39 @@ def test_selective_expert_offload_is_shown_as_a_choice_to_measure_not_a_faster_r
     assert sel["why"].startswith("A CHOICE TO MEASURE, NOT A FASTER RESULT")
     assert "decoder layers 0-5" in sel["why"] and "faster" not in sel["why"].split("RESULT", 1)[1]
     assert any(q == "container_ram_gib (selective expert offload)" for q, _, _ in p.rows)
+
+
+def test_each_alternative_shows_how_it_moves_the_link_ceiling():
+    """Hand-derived: with 2 experts, top-1, a one-token step reads each offloaded o_proj (0.5 GiB) whole and half of
+    each offloaded layer's experts (1.5 GiB x 1/2), over a link MEASURED at 25 GB/s."""
+    from onegpu.plan.ceiling import Link
+
+    config = {**LLAMA_CONFIG, "num_hidden_layers": 40, "num_experts": 2, "num_experts_per_tok": 1}
+    link = Link(25.0, "MEASURED", "a test's figure")
+    r = request_with()
+    ckpt = checkpoint_facts(moe_layers_table(), config=config)
+    kv = kv_cache_estimate(ckpt.config, r.context_tokens, r.kv_cache_dtype, r.prefill_chunk_tokens)
+    p = propose(r, gpu_device(), None, host(), ckpt, kv, None, 50 * GIB, link=link)
+    assert p.settings["cpu_offload_gib"] == 8
+    rows = {q: (v, d) for q, v, d in p.rows}
+    per_step = {  # bytes a one-token step reads
+        "proposal": 4 * (0.5 + 1.5 / 2) * GIB,  # layers 0-3 whole
+        "exact pinning": 4 * (0.5 + 1.5 / 2) * GIB,  # the same parameters
+        "selective expert offload": 8.5 * GIB / 2,  # experts only: 8.5 GiB of them, half touched
+        "more offload": 40 * (0.5 + 1.5 / 2) * GIB}  # every layer
+    decode = {name: 25e9 / nbytes for name, nbytes in per_step.items()}
+    assert rows["link ceiling"][0] == f"<= {decode['proposal']:,.2f} tok/s"
+    assert "UPPER BOUNDS" in rows["link ceiling"][1] and "MEASURED 25.0 GB/s" in rows["link ceiling"][1]
+    for alt in p.alternatives:
+        bound = alt["ceiling"]
+        assert bound["step_bytes"] == per_step[alt["name"]], alt["name"]
+        assert bound["decode_tps"] == pytest.approx(decode[alt["name"]])
+        assert f"x{decode[alt['name']] / decode['proposal']:.2f} the proposal's" in bound["text"]
+        assert rows[f"link ceiling ({alt['name']})"][0] == f"<= {decode[alt['name']]:,.2f} tok/s"
+    assert "not measured" in {a["name"]: a for a in p.alternatives}["exact pinning"]["ceiling"]["text"]
+    json.dumps(proposal_document(p, r, "t", {}, {}, {}, []))  # numbers only: the plans are not in the document
+    # the prefill chunk (2,048 tokens) routes to both experts: every offloaded byte once
+    assert {a["name"]: a for a in p.alternatives}["more offload"]["ceiling"]["chunk_bytes"] == 80 * GIB
 
 
 def test_weights_that_fit_get_no_offload_and_the_containers_own_needs():

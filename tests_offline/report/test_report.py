@@ -137,7 +137,19 @@ def test_report_of_an_approval_holds_plan_custody_boot_timings_plot_and_unscored
         assert f"<td>{receipt['timings_s'][key]:,.3f} s</td>" in found["timings"]  # each phase's own row
     assert "not run (phase serve: NOT RUN)" in found["timings"]
     samples = (folder / "samples.jsonl").read_text().splitlines()
-    assert len(samples) >= 2 and "<polyline" in found["memory"] and f"({len(samples)} samples)" in found["memory"]
+    assert len(samples) >= 2 and "<polyline" in found["memory"] and f"({len(samples)} samples" in found["memory"]
+    # the timed phases are shaded on the plot where the samples' wall clock places them (the sampler runs from the
+    # boot to the engine's end, so the load, canary and batch phases all fall inside)
+    assert set(receipt["timeline"]) == set(receipt["timings_s"])
+    for phase in ("load", "canary", "batch"):
+        start, end = receipt["timeline"][phase]
+        assert end - start == pytest.approx(receipt["timings_s"][phase], abs=0.002)
+        assert f'fill="#7e5109">{phase}</text>' in found["memory"]
+    first = min(json.loads(line)["t"] for line in samples)
+    placed = [phase for phase, (_, end) in receipt["timeline"].items() if end >= first]  # hashing ends before it
+    assert found["memory"].count('class="og-phase"') == 2 * len(placed)  # both panels
+    # the stub project offloads nothing: the link bounds no rate, and the section says so
+    assert "nothing is offloaded" in found["ceiling"] and "UPPER BOUNDS, never predictions" in found["ceiling"]
     assert "UNSCORED" in found["batch"] and "expected 4, received 4" in found["batch"]
     assert "UNSCORED" in found["canary"] and "capacity" in found and "OK" in found["capacity"]
 

@@ -34,7 +34,7 @@ def report_texts(page: str) -> dict[str, str]:
 def test_the_sections_sit_beside_what_they_are_about(insight_runs):
     order = list(kit_sections(insight_runs.report("insight")))
     assert order[order.index("checkpoint"):order.index("probe")] == ["checkpoint", "consistency", "capacity",
-                                                                      "calibration", "proposal"]
+                                                                      "ceiling", "calibration", "proposal"]
     assert order[order.index("boot"):order.index("boot") + 2] == ["boot", "landing"]
     assert order[order.index("batch"):order.index("batch") + 3] == ["batch", "score", "serve"]
 

@@ -72,7 +72,7 @@ def test_the_summary_holds_what_an_issue_needs(served):
               f"`stub-org/e2e-model` at revision `{'e' * 40}`", f"image ID: `{receipt['image']['id']}`",
               "one GPU: NVIDIA H200 140.40 GiB; no second card counted",
               "container RAM cap 9.00 GiB (swap cap equal to it)", "CPU offload 0.00 GiB", "context 8,192 tokens",
-              "vLLM 0.11.0", "batch (UNSCORED): expected 4, received 4, HTTP 2xx 4",
+              "vLLM 0.34.0", "batch (UNSCORED): expected 4, received 4, HTTP 2xx 4",
               "serve window (UNSCORED transport record): ", f"load {receipt['timings_s']['load']:,.2f} s",
               f"serve {receipt['timings_s']['serve']:,.2f} s", "## Failures\n- none", "abstract Unix socket",
               "- GPU-resident weights (bytes): measured 4.00 GiB vs projected", "- GPU free after boot (bytes): "

@@ -62,6 +62,20 @@ def test_the_probe_reads_0_34_judges_the_flags_with_its_parser_and_finds_no_gpu(
         probed_against_plan(accounting_for("0.33.0", DECLARED, "settings"), blocked.numbers["vllm_version"])
 
 
+def test_the_link_measurement_runs_the_images_torch_and_says_why_it_measured_nothing(docker_client,
+                                                                                   cuda_engine_image):
+    """The probe's host-to-device copy, with 0.34's CUDA torch and no device: no figure, torch's own reason (the
+    ceiling then says NOT MEASURED and why)."""
+    from onegpu.engine.probe import PROBE_SCRIPT
+
+    code = PROBE_SCRIPT.replace('if __name__ == "__main__":', 'if False:') + \
+        "\nout = {}\nlink_bandwidth(out)\nprint(json.dumps(out))"
+    status, out, err = run_in_image(docker_client, cuda_engine_image, ["-c", code], ["python3"])
+    assert status == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert "h2d" not in result and "NVIDIA driver" in result["h2d_error"], result
+
+
 def test_the_multi_gpu_launch_is_accepted_by_0_34s_parser(docker_client, tmp_path, cuda_engine_image):
     from onegpu.engine.launch import build_launch_spec
     from onegpu.engine.leftovers import current_owner

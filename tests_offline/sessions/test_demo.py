@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -269,24 +270,28 @@ def engine_offload(c: dict, weight_map: dict, budget: int) -> dict:
 
             def stacked(projs, suffix):
                 return sum(size[f"{pre}mlp.experts.{e}.{p}.{suffix}"] for e in experts for p in projs)
-            mlp = [size[pre + "mlp.gate.weight"], size[pre + "mlp.gate.e_score_correction_bias"],
-                   stacked(("gate_proj", "up_proj"), "weight"), stacked(("gate_proj", "up_proj"), "weight_scale"),
-                   stacked(("down_proj",), "weight"), stacked(("down_proj",), "weight_scale")]
+            mlp = [size[pre + "mlp.gate.weight"], size[pre + "mlp.gate.e_score_correction_bias"]]
+            routed = [stacked(("gate_proj", "up_proj"), "weight"), stacked(("gate_proj", "up_proj"), "weight_scale"),
+                      stacked(("down_proj",), "weight"), stacked(("down_proj",), "weight_scale")]
         else:
             mlp = [size[pre + "mlp.gate_proj.weight"] + size[pre + "mlp.up_proj.weight"],
                    size[pre + "mlp.gate_proj.weight_scale_inv"] + size[pre + "mlp.up_proj.weight_scale_inv"],
                    size[pre + "mlp.down_proj.weight"], size[pre + "mlp.down_proj.weight_scale_inv"]]
-        params += attn + mlp + [size[pre + "input_layernorm.weight"], size[pre + "post_attention_layernorm.weight"]]
-    moved = pinned = peak = count = 0
-    for p in params:
+            routed = []
+        norms = [size[pre + "input_layernorm.weight"], size[pre + "post_attention_layernorm.weight"]]
+        params += [(n, False) for n in attn + mlp] + [(n, True) for n in routed] + [(n, False) for n in norms]
+    moved = pinned = peak = count = experts_moved = 0
+    for p, routed_expert in params:
         if moved >= budget:
             break
         moved, pinned, count = moved + p, pinned + (1 << (p - 1).bit_length()), count + 1
+        experts_moved += p if routed_expert else 0
         peak = max(peak, pinned + p)  # the pageable copy of the parameter being pinned
     kv_scales = 4 * 4 * c["num_hidden_layers"]  # engine parameters no tensor fills
     mtp = sum(v for n, v in size.items() if ".mtp." in n)
     return {"offloaded": moved, "pinned": pinned, "peak": peak, "parameters": count,
-            "loaded": sum(size.values()) - mtp + kv_scales, "mtp": mtp}
+            "loaded": sum(size.values()) - mtp + kv_scales, "mtp": mtp, "experts_offloaded": experts_moved,
+            "dense_offloaded": moved - experts_moved}
 
 
 def test_receipt_capacity_matches_the_config_and_the_settings(scan, demo):
@@ -342,6 +347,39 @@ def test_offload_plan_and_pinned_figure_match_the_engine_order(scan, demo):
     kv = scan["receipt"]["kv_cache"]
     assert kv["accounting"] == label and kv["pool"]["async_scheduling"] is True and kv["pool"]["block_size"] == 64
     assert f"KV cache for one sequence, {label}: " in report and "padding slots" in report
+
+
+# The public figures the link ceiling is checked against: the routed experts one token touches in all layers (about
+# 11 GB for Pro, 5 GB for Flash) and pinned host-to-device copies on PCIe 5.0 x16 (about 56 GB/s, nvbandwidth).
+TOKEN_EXPERT_GB = {"pro": 11.0, "flash": 5.0}
+GEN5_X16_GBPS = 56.0
+
+
+def test_the_link_ceiling_counts_the_bytes_derived_from_the_config(scan, demo):
+    """A one-token step reads every offloaded dense parameter whole and top-k of n_routed_experts of each offloaded
+    expert tensor; a 4,096-token chunk reads every offloaded byte; the research target's PCIe 5.0 x16 link is
+    ASSUMED at the public 56 GB/s, NOT MEASURED (the hardware is replayed)."""
+    c, s = demo["config"], scan["settings"]
+    engine = engine_offload(c, index_of(demo["root"])["weight_map"], s["cpu_offload_gib"] * GIB)
+    experts, k = c["n_routed_experts"], c["num_experts_per_tok"]
+    one_token = engine["dense_offloaded"] + math.ceil(Fraction(engine["experts_offloaded"] * k, experts))
+    ceiling = scan["receipt"]["ceiling"]
+    assert (ceiling["traffic"]["experts"], ceiling["traffic"]["top_k"]) == (experts, k)
+    assert (ceiling["traffic"]["expert_bytes"], ceiling["traffic"]["dense_bytes"]) == (
+        engine["experts_offloaded"], engine["dense_offloaded"])
+    assert ceiling["step_bytes"]["1"] == one_token
+    assert ceiling["chunk_bytes"] == engine["offloaded"]  # 4,096 tokens x 8 reach all experts of every layer
+    link = ceiling["link"]
+    assert (link["basis"], link["gen"], link["width"]) == ("ASSUMED", 5, 16)
+    assert link["gbps"] == pytest.approx(GEN5_X16_GBPS, rel=0.001) and "NOT MEASURED" in link["not_measured"]
+    assert ceiling["decode_tps"]["1"] == pytest.approx(link["gbps"] * 1e9 / one_token)
+    assert ceiling["prefill_tps"] == pytest.approx(4096 * link["gbps"] * 1e9 / engine["offloaded"])
+    # the whole model's routed experts a token touches: the public figure, to 10 %
+    touched = expected_totals(c)["experts"] * k / experts
+    assert touched / 1e9 == pytest.approx(TOKEN_EXPERT_GB[demo["model"]], rel=0.1)
+    out = scan["done"].stdout
+    assert "UPPER BOUND decode, one sequence" in out and "at most " in out
+    assert ceiling["label"] == "UPPER BOUNDS, never predictions"
 
 
 def test_replayed_demo_shows_the_docker_run_line_with_the_image_left_to_the_approval(scan):

@@ -60,7 +60,10 @@ def test_a_whole_approved_session_on_the_real_engine_passes_every_phase(docker_c
     import transformers
 
     model = tiny_models["qwen3-moe"]
-    project = make_project(tmp_path / "p", real_engine_image, "cpu", model, model_id="tiny/qwen3-moe")
+    # 0.01 GiB of offload in the plan: every decoder layer of the tiny model, so the plan has a link ceiling (the
+    # CPU build keeps its CPU weights where they are: vLLM's offloader leaves a module on the CPU device alone)
+    project = make_project(tmp_path / "p", real_engine_image, "cpu", model, model_id="tiny/qwen3-moe",
+                           cpu_offload_gib=0.01)
     extra = add_batch(project, BATCH, ignore_eos=True)
     bodies = [json.loads(line)["body"] for line in (project / "r.jsonl").read_text().splitlines()]
     proc = session(project, "runs/real", None, *extra, "--timeout=1200", mark="approve_load and (canary or batch or serve)")
@@ -112,6 +115,25 @@ def test_a_whole_approved_session_on_the_real_engine_passes_every_phase(docker_c
         prompt = tokenizer.apply_chat_template(body["messages"], add_generation_prompt=True, tokenize=True,
                                                return_dict=True)["input_ids"]
         assert usage["prompt_tokens"] == len(prompt)
+    # The link ceiling of the plan's offload on the recorded H200's PCIe 5.0 x16: ASSUMED, NOT MEASURED (the CPU
+    # build's torch has no CUDA device to copy to, and says so); the canary's and the batch's rates set against it.
+    ceiling, link = receipt["ceiling"], receipt["ceiling"]["link"]
+    assert receipt["probe"]["h2d"] is None and receipt["probe"]["h2d_error"] == "torch in the engine image sees no " \
+                                                                               "CUDA device"
+    assert (link["basis"], link["gen"], link["width"]) == ("ASSUMED", 5, 16)
+    assert link["not_measured"].startswith("NOT MEASURED: this session's runtime probe could not copy to a CUDA "
+                                           "device")
+    assert ceiling["traffic"]["experts"] == 4 and ceiling["traffic"]["top_k"] == 2 and ceiling["offloaded"]
+    rows = {(r["run"], r["rate"]): r for r in receipt["rates_vs_ceiling"]}
+    assert {("canary", "decode"), ("batch", "decode"), ("batch", "prefill")} <= set(rows), rows
+    summary = receipt["batch"]["summary"]
+    batch_decode = rows[("batch", "decode")]
+    assert batch_decode["measured_tps"] == pytest.approx(summary["output_tokens_per_s"], abs=0.001)
+    assert batch_decode["ceiling_tps"] == pytest.approx(ceiling["decode_tps"]["1"], abs=0.001)
+    for row in rows.values():  # two CPU cores against a 56 GB/s link: far below, never above
+        assert 0 < row["fraction"] < 1 and row["link_basis"] == "ASSUMED", row
+    assert 'class="og-rate"' in (folder / "report.html").read_text()
+    assert "- measured batch decode: at least " in (folder / "summary-share.md").read_text()
     # The serve window, used by real clients, closed by STOP.
     assert seen.get("models") == ["tiny/qwen3-moe"], seen
     assert seen["whole_tokens"] == 5 and seen["stream_usage"] == 4 and seen["stream_chunks"] >= 4

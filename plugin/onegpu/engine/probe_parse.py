@@ -39,6 +39,8 @@ class ProbeFacts(Struct, frozen=True):
     parser_judged: bool = False  # the launch argv was parsed by the release's own `vllm serve` parser
     parser_note: str | None = None  # how it was built (VLLM_TARGET_DEVICE=cpu where no device was there), or why not
     cuda_init_error: str | None = None  # torch's reason for seeing no CUDA device, in its words
+    h2d: dict | None = None  # pinned host-to-device copies measured on the first device: bytes, repeats, gbps
+    h2d_error: str | None = None  # why nothing was measured where a device was there
 
 
 def flags_in_help(text: str) -> set[str]:
@@ -115,6 +117,7 @@ def judge_probe(result: dict, flags_used: list[str], expected_platform: str = "c
         flags_checked=wanted, missing_flags=missing, errors=errors, platform=result.get("platform"),
         expected_platform=expected_platform, parser_judged=judged, parser_note=note,
         cuda_init_error=result.get("cuda_init_error"),
+        h2d=result.get("h2d") if isinstance(result.get("h2d"), dict) else None, h2d_error=result.get("h2d_error"),
     )
     numbers = {"vllm_version": facts.vllm_version, "torch_version": facts.torch_version,
                "cuda_device_count": facts.cuda_device_count, "flags_checked": len(wanted), "flags_judged_by": note}

@@ -3,6 +3,7 @@
 It only reads, and prints one JSON line after the marker; the host judges it (onegpu.engine.probe_parse):
 * vLLM's and torch's versions, vLLM's own platform detection, torch's CUDA device count and, when that is 0, what
   torch says when asked to initialise CUDA (its reason, in its words);
+* with a CUDA device, the pinned host-to-device bandwidth the engine's own torch reaches (the link ceiling's input);
 * the help texts of `vllm serve` (`--help=all` on releases that page their help, plain `--help` on older ones);
 * the launch argv judged by the release's own `vllm serve` parser, built as its `vllm` command builds it
   (vllm/entrypoints/cli/main.py, serve.py: ServeSubcommand.subparser_init). Without a GPU the CUDA build cannot
@@ -22,6 +23,10 @@ import sys
 MARKER = "ONEGPU-PROBE-RESULT "
 HELP_TIMEOUT_S = 120
 PARSE_TIMEOUT_S = 180
+# Pinned host-to-device copies on the first CUDA device (rank 0's GPU), timed by CUDA events: a few seconds, a few
+# hundred MiB of pinned memory, inside the container's RAM cap. The link ceiling uses the best of them.
+H2D_BYTES = 256 << 20
+H2D_REPEATS = 5
 # Builds `vllm serve`'s parser as `vllm` does and parses argv: exit 0 accepted, 2 with argparse's own error.
 PARSE = """
 import json, sys
@@ -61,6 +66,29 @@ def versions(out: dict) -> None:
         out["errors"].append("torch: %s: %s" % (type(exc).__name__, exc))
 
 
+def link_bandwidth(out: dict) -> None:
+    """The host-to-device bandwidth the engine's own torch reaches from pinned memory (only with a CUDA device)."""
+    try:
+        import torch
+
+        src = torch.empty(H2D_BYTES, dtype=torch.uint8, pin_memory=True)
+        dst = torch.empty(H2D_BYTES, dtype=torch.uint8, device="cuda:0")
+        dst.copy_(src, non_blocking=True)  # the first copy warms the path up; it is not timed
+        torch.cuda.synchronize()
+        seconds = []
+        for _ in range(H2D_REPEATS):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            dst.copy_(src, non_blocking=True)
+            end.record()
+            end.synchronize()
+            seconds.append(start.elapsed_time(end) / 1000.0)
+        out["h2d"] = {"bytes": H2D_BYTES, "repeats": H2D_REPEATS, "seconds": [round(s, 6) for s in seconds],
+                      "gbps": round(H2D_BYTES / min(seconds) / 1e9, 3), "device": str(torch.cuda.get_device_name(0))}
+    except Exception as exc:  # noqa: BLE001  (no measurement is a fact too; the ceiling then says NOT MEASURED)
+        out["h2d_error"] = "%s: %s" % (type(exc).__name__, exc)
+
+
 def helps(out: dict, exe: str) -> None:
     for mode in ("--help=all", "--help"):
         try:
@@ -88,6 +116,10 @@ def main() -> None:
     out: dict = {"errors": [], "vllm_version": None, "torch_version": None, "cuda_device_count": None,
                  "platform": None, "help": {}, "parser": None}
     versions(out)
+    if out.get("cuda_device_count"):
+        link_bandwidth(out)
+    else:
+        out["h2d_error"] = "torch in the engine image sees no CUDA device"
     exe = shutil.which("vllm")
     if exe is None:
         out["errors"].append("no vllm command on PATH")

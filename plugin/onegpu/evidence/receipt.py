@@ -13,6 +13,7 @@ import datetime as _dt
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import TextIO
 
@@ -129,8 +130,11 @@ class Receipt:
             self._log(["update", section, values])
 
     def timing(self, name: str, seconds: float) -> None:
-        """Record one phase's own duration (hashing, probe, load, ... are kept apart)."""
+        """Record one phase's own duration (hashing, probe, load, ... are kept apart), called as it ends: its wall
+        clock span too, [start, end] in seconds since the epoch, for the memory plot's phase marks."""
+        end = time.time()
         self.update("timings_s", **{name: round(seconds, 3)})
+        self.update("timeline", **{name: [round(end - seconds, 3), round(end, 3)]})
 
     def warn(self, text: str) -> None:
         self.add(["warnings"], text)

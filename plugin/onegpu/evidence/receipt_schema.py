@@ -249,6 +249,8 @@ class ProbeSection(TypedDict, total=False):
     parser_judged: Any  # the launch argv was judged by the release's own `vllm serve` parser
     parser_note: Any
     cuda_init_error: Any  # torch's reason for seeing no CUDA device, in its words
+    h2d: Any  # pinned host-to-device bandwidth measured in the image (onegpu.engine.probe_script.link_bandwidth)
+    h2d_error: Any
     passed: Any
     platform: Any
     torch_version: Any
@@ -371,6 +373,7 @@ class ReceiptData(TypedDict, total=False):
     tests: dict[str, TestEntry]
     phases: dict[str, PhaseEntry]
     timings_s: dict[str, float]
+    timeline: dict[str, list[float]]  # each timed phase's [start, end], seconds since the epoch (Receipt.timing)
     warnings: list[str]
     limitations: list[str]
     banners: list[str]
@@ -393,6 +396,8 @@ class ReceiptData(TypedDict, total=False):
     kv_cache: KvCacheSection
     capacity: list[dict[str, Any]]
     capacity_accounting: dict[str, Any]
+    ceiling: dict[str, Any]  # the link's upper bounds and their inputs (onegpu.plan.ceiling_record)
+    rates_vs_ceiling: list[dict[str, Any]]  # measured rates as fractions of the ceilings (after a run)
     image: ImageSection
     launch: LaunchSection
     plan: PlanSection

@@ -112,19 +112,23 @@ class RecordedVersion(Struct, frozen=True):
     folder: Path
 
 
-def _probe_of(folder: Path) -> tuple[object, object]:
-    """(image ID, vLLM version) an earlier session's probe recorded; (None, None) when its receipt does not say."""
+def _recorded(folder: Path) -> dict | None:
+    """An earlier session's receipt (its journal folded in) where it is one the kit wrote; None otherwise."""
     path = folder / "receipt.json"
     try:
         raw = path.read_bytes()
         if len(raw) > MAX_RECEIPT_BYTES:
-            return None, None
+            return None
         receipt = apply_journal(strict_json.loads(raw), folder)
     except (OSError, ValueError, TypeError, AttributeError, UnicodeDecodeError, strict_json.StrictJSONError):
-        return None, None  # not a receipt the kit can read: it records nothing
-    if not isinstance(receipt, dict) or receipt.get("schema") != RECEIPT_SCHEMA:
-        return None, None
-    probe, launch = receipt.get("probe"), receipt.get("launch")
+        return None  # not a receipt the kit can read: it records nothing
+    return receipt if isinstance(receipt, dict) and receipt.get("schema") == RECEIPT_SCHEMA else None
+
+
+def _probe_of(folder: Path) -> tuple[object, object]:
+    """(image ID, vLLM version) an earlier session's probe recorded; (None, None) when its receipt does not say."""
+    receipt = _recorded(folder)
+    probe, launch = (receipt or {}).get("probe"), (receipt or {}).get("launch")
     if not isinstance(probe, dict) or not isinstance(launch, dict):
         return None, None
     numbers = probe.get("numbers")
@@ -132,16 +136,39 @@ def _probe_of(folder: Path) -> tuple[object, object]:
     return launch.get("image_id"), probe.get("vllm_version") or blocked_read
 
 
+def _newest_folders(parent: Path, skip: Path | None, newest: int) -> list[Path]:
+    try:
+        return sorted((p for p in parent.iterdir() if p.is_dir() and p != skip), key=lambda p: p.name,
+                      reverse=True)[:newest]
+    except OSError:
+        return []
+
+
+class RecordedLink(Struct, frozen=True):
+    """The host-to-device bandwidth an earlier runtime probe measured on a GPU, and the run folder that recorded it."""
+
+    measurement: dict
+    folder: Path
+
+
+def recorded_link(parent: Path, gpu_uuid: str, skip: Path | None = None, newest: int = 200) -> RecordedLink | None:
+    """The newest earlier probe's measurement of the link of the GPU `gpu_uuid` among the run folders in `parent`."""
+    for folder in _newest_folders(parent, skip, newest):
+        receipt = _recorded(folder) or {}
+        probe, selection = receipt.get("probe"), receipt.get("selection")
+        if not isinstance(probe, dict) or not isinstance(selection, dict) or selection.get("gpu_uuid") != gpu_uuid:
+            continue
+        h2d = probe.get("h2d")
+        if isinstance(h2d, dict) and isinstance(h2d.get("gbps"), (int, float)):
+            return RecordedLink(h2d, folder)
+    return None
+
+
 def recorded_vllm_version(parent: Path, image_id: str, skip: Path | None = None,
                           newest: int = 200) -> RecordedVersion | None:
     """The vLLM version the newest earlier runtime probe of `image_id` recorded among the run folders in `parent`
     (the `newest` folders by name, which starts with their UTC time); None when none did."""
-    try:
-        folders = sorted((p for p in parent.iterdir() if p.is_dir() and p != skip), key=lambda p: p.name,
-                         reverse=True)[:newest]
-    except OSError:
-        return None
-    for folder in folders:
+    for folder in _newest_folders(parent, skip, newest):
         probed_image, version = _probe_of(folder)
         if probed_image == image_id and isinstance(version, str) and version:
             return RecordedVersion(version, folder)

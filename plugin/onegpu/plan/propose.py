@@ -18,6 +18,8 @@ from msgspec import Struct, field
 from onegpu.core import strict_json
 from onegpu.core.shown import as_json
 from onegpu.plan.capacity import CONTAINER_OWN_NEEDS_BYTES, GPU_UTILIZATION, UNCONFIRMED, capacity_verdicts, kit_plan
+from onegpu.plan.ceiling import Link
+from onegpu.plan.ceiling_record import plan_ceiling, plan_ceiling_text
 from onegpu.plan.kv_sizing import kv_budget
 from onegpu.plan.vllm_versions import Accounting, assumed_newest
 from onegpu.plan.offload import engine_layout, where_lines
@@ -168,9 +170,11 @@ def kv_differs_from_plan(req: ProposalRequest, kv, plan_kv: dict | None) -> str 
 
 
 def propose(req: ProposalRequest, gpu, gpu_missing_reason: str | None, host, ckpt, kv, calibration=None,
-            run_disk_free_bytes: int | None = None, accounting: Accounting | None = None) -> Proposal:
+            run_disk_free_bytes: int | None = None, accounting: Accounting | None = None,
+            link: Link | None = None) -> Proposal:
     """The smallest whole-GiB CPU-offload budget (and the RAM cap and headroom that follow) for these facts, by the
-    rules of `accounting`'s vLLM version (the newest known, ASSUMED, when None)."""
+    rules of `accounting`'s vLLM version (the newest known, ASSUMED, when None); with `link`, the link's upper bounds
+    on the rates under the proposal and under each alternative (onegpu.plan.ceiling)."""
     accounting = accounting or assumed_newest()
     reserve_gib, reserve_text, reserve = _reserve(req, calibration)
     rows: list[tuple[str, str, str]] = []
@@ -234,6 +238,9 @@ def propose(req: ProposalRequest, gpu, gpu_missing_reason: str | None, host, ckp
     alternatives = _alternatives(ckpt, offload_gib, everything, budget, kv.bytes, layout) if offload_gib else []
     for alt in alternatives:
         rows.append((f"container_ram_gib ({alt['name']})", f"{alt['container_ram_gib']} GiB", alt["why"]))
+    plans = [alt.pop("plan") for alt in alternatives]  # the document keeps numbers, not plans
+    if link is not None:
+        rows += _ceiling_rows(ckpt.config, plan, list(zip(alternatives, plans)), link, req.prefill_chunk_tokens)
     headroom_gib, headroom_why = _headroom_gib(host)
     rows.append(("host_headroom_gib", f"{headroom_gib} GiB", headroom_why))
     rows += _host_rows(host, cap_gib, headroom_gib, alternatives)
@@ -304,9 +311,24 @@ def _alternatives(ckpt, offload_gib: int, everything, gpu_budget: int, kv_bytes:
                                                   "container_ram_gib": _ceil_gib(exact.peak_bytes + own)},
             "container_ram_gib": _ceil_gib(exact.peak_bytes + own), "pinned_bytes": exact.pinned_bytes,
             "peak_bytes": exact.peak_bytes, "parameters": len(exact.offloaded), "confirmed": False,
+            "plan": exact,
             "why": f"offload_pinning \"exact\" (VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1): the same "
                    f"{len(exact.offloaded)} parameters pinned at their own size = {gib(exact.pinned_bytes)}, peak "
                    f"{gib(exact.peak_bytes)}, + {gib(own)} ASSUMED own needs, rounded up; {UNCONFIRMED}"}]
+    whole = _ceil_gib(everything.offerable_bytes)
+    if whole > offload_gib:
+        more = kit_plan(ckpt, whole * GIB, layout=layout)
+        left = gpu_budget - more.gpu_resident_bytes - kv_bytes
+        out.append({"name": "more offload", "settings": {"cpu_offload_gib": whole,
+                                                         "container_ram_gib": _ceil_gib(more.peak_bytes + own)},
+                    "container_ram_gib": _ceil_gib(more.peak_bytes + own), "pinned_bytes": more.pinned_bytes,
+                    "peak_bytes": more.peak_bytes, "parameters": len(more.offloaded),
+                    "offloaded_bytes": more.offloaded_bytes, "gpu_left_bytes": left, "confirmed": False,
+                    "plan": more,
+                    "why": f"cpu_offload_gib {whole}: every decoder-layer weight the offloader is offered "
+                           f"({gib(more.offloaded_bytes)}) leaves the GPU, {gib(left)} of it left after for the KV "
+                           f"cache to grow; {len(more.offloaded)} parameters pinned, rounded = "
+                           f"{gib(more.pinned_bytes)}, peak {gib(more.peak_bytes)} + {gib(own)} ASSUMED own needs"})
     names = sorted({p.local.rsplit(".", 1)[-1] for p in everything.offloaded if ".experts." in f".{p.local}"})
     if names:
         sel = kit_plan(ckpt, offload_gib * GIB, "rounded", selected=tuple(names), layout=layout)
@@ -315,6 +337,7 @@ def _alternatives(ckpt, offload_gib: int, everything, gpu_budget: int, kv_bytes:
                     "container_ram_gib": _ceil_gib(sel.peak_bytes + own), "pinned_bytes": sel.pinned_bytes,
                     "peak_bytes": sel.peak_bytes, "parameters": len(sel.offloaded),
                     "offloaded_bytes": sel.offloaded_bytes, "gpu_left_bytes": left, "confirmed": False,
+                    "plan": sel,
                     "why": f"A CHOICE TO MEASURE, NOT A FASTER RESULT: --cpu-offload-params {' '.join(names)} keeps "
                            f"the budget but offers only the experts' parameters ({RULES['selective'].cite()}): "
                            f"{where_lines(sel)}; every attention and dense weight stays on the GPU; "
@@ -322,6 +345,29 @@ def _alternatives(ckpt, offload_gib: int, everything, gpu_budget: int, kv_bytes:
                            f"{gib(sel.peak_bytes)} + {gib(own)} ASSUMED own needs; GPU left after "
                            f"{gib(left)}; the kit's settings cannot ask for it: it is not in the launch"})
     return out
+
+
+def _ceiling_rows(config: dict | None, plan, alternatives: list[tuple[dict, object]], link: Link,
+                  chunk: int) -> list[tuple[str, str, str]]:
+    """The link's upper bounds under the proposal, then how each alternative (its record, its plan) moves them."""
+    base = plan_ceiling(plan, config or {}, link, chunk)
+    rows = [("link ceiling", _short(base), plan_ceiling_text(base))]
+    for alt, alt_plan in alternatives:
+        bound = plan_ceiling(alt_plan, config or {}, link, chunk)
+        text = plan_ceiling_text(bound, base)
+        if alt["name"] == "exact pinning":
+            text += ("; the same parameters cross the link, from memory the engine did not pin: whether the link "
+                     "keeps its rate for it is not measured")
+        alt["ceiling"] = {**bound, "text": text}
+        rows.append((f"link ceiling ({alt['name']})", _short(bound), text))
+    return rows
+
+
+def _short(bound: dict) -> str:
+    decode = bound["decode_tps"]
+    if not bound["offloaded"] or decode is None or math.isinf(decode):
+        return "not bound" if bound["offloaded"] is False else "unknown"
+    return f"<= {decode:,.2f} tok/s"
 
 
 def _host_rows(host, cap_gib: int, headroom_gib: int, alternatives: list[dict]) -> list[tuple[str, str, str]]:
@@ -396,5 +442,5 @@ def outcome_lines(p: Proposal, path) -> list[str]:
              f"host_headroom_gib {s['host_headroom_gib']} -> {path} (a proposal: copy it into your settings; nothing "
              "runs from it)"]
     lines += [f"  alternative, {a['name']}: container_ram_gib {a['container_ram_gib']} ({a['why']})"
-              for a in p.alternatives]
+              + (f"; link ceiling: {a['ceiling']['text']}" if a.get("ceiling") else "") for a in p.alternatives]
     return lines + [f"  UNKNOWN: {u}" for u in p.unknown] + [f"  WARNING: {w}" for w in p.warnings]

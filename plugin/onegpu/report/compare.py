@@ -180,12 +180,39 @@ def fact_lines(a: RunEvidence, b: RunEvidence) -> list[str]:
         delta = f" ({y - x:+.3f})" if x is not None and y is not None else ""
         timing.append(f"  {key}: {'not run' if x is None else x} -> {'not run' if y is None else y}{delta}")
     lines += timing if len(timing) > 1 else [timing[0], "  no timed phase in either run"]
+    lines += ceiling_lines(ra, rb)
     for what in ("canary", "batch"):
         sa = ((ra.get("canary") if what == "canary" else ra.get("batch")) or {}).get("summary") or {}
         sb = ((rb.get("canary") if what == "canary" else rb.get("batch")) or {}).get("summary") or {}
         if sa or sb:
             lines += _diff_block(f"{what} (UNSCORED counts and transport times)", COUNTS, sa, sb)
     return lines
+
+
+def _ceiling_values(receipt) -> dict:
+    """The link ceiling's figures and the measured shares, flat, for a side-by-side diff."""
+    c = receipt.get("ceiling") or {}
+    link = c.get("link") or {}
+    values = {"link": f"{link.get('basis')} {link.get('gbps'):.1f} GB/s" if link.get("gbps") else link.get("basis"),
+              "one_token_step_bytes": (c.get("step_bytes") or {}).get("1"),
+              "decode upper bound, one sequence": _tps((c.get("decode_tps") or {}).get("1")),
+              "prefill upper bound": _tps(c.get("prefill_tps"))}
+    for row in receipt.get("rates_vs_ceiling") or []:
+        if isinstance(row, dict) and row.get("fraction") is not None:
+            values[f"measured {row.get('run')} {row.get('rate')}"] = (
+                f"{row.get('measured_tps'):,.2f} tokens/s = {100 * row['fraction']:.1f}% of its bound"
+                + (" (ABOVE THE CEILING)" if row["fraction"] > 1 else ""))
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _tps(value) -> str | None:
+    return f"at most {value:,.2f} tokens/s" if isinstance(value, (int, float)) else None
+
+
+def ceiling_lines(ra, rb) -> list[str]:
+    """The link ceilings and the measured shares of A and B."""
+    va, vb = _ceiling_values(ra), _ceiling_values(rb)
+    return _diff_block("link ceiling (UPPER BOUNDS) and measured shares", list(dict.fromkeys([*va, *vb])), va, vb)
 
 
 def gpu_protocol(receipt) -> str:

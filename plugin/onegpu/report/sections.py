@@ -137,7 +137,7 @@ def timings(receipt: ReceiptData) -> str:
 
 def memory(receipt: ReceiptData, samples: Sequence[dict]) -> str:
     """The GPU memory and host RAM plot over the samples, and their peaks."""
-    plot = memory_plot(samples) if samples else None
+    plot = memory_plot(samples, receipt.get("timeline")) if samples else None
     peaks = receipt.get("samples") or {}
     if plot is None:
         return section("memory", "GPU memory and host RAM over time",

@@ -19,6 +19,7 @@ from onegpu.report.parts import ONE_WORKER, RANK0_GPU, multi_gpu_protocol
 from onegpu.report.share_shapes import SHAPES, WITHHELD, gib, number, shaped
 from onegpu.report.share_shapes import as_dict as _dict, finite as _n
 from onegpu.evidence.verdicts import capacity_tally
+from onegpu.report.share_ceiling import ceiling_share_lines
 from onegpu.report.share_insight import calibration_lines, consistency_lines, landing_lines, proposal_lines, score_lines
 from onegpu.evidence.receipt_schema import ReceiptData
 
@@ -345,6 +346,7 @@ def share_text(receipt: ReceiptData, settings: dict | None) -> str:
         "## Settings", *settings_lines(settings), "",
         "## Capacity (header bytes are not the loaded footprint)", *capacity_lines(receipt),
         *calibration_lines(receipt), *consistency_lines(receipt), "",
+        "## Link ceiling (UPPER BOUNDS, never predictions)", *ceiling_share_lines(receipt), "",
         "## Proposed settings", *proposal_lines(receipt), "",
         "## Run", *run_lines(receipt), "",
         "## Landing at READY (measured against the plan)", *landing_lines(receipt), "",

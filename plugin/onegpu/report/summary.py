@@ -11,6 +11,7 @@ from typing import Mapping, Sequence
 
 from onegpu.core.outcomes import CODES
 from onegpu.core.units import gib
+from onegpu.report.ceiling_view import ceiling_section
 from onegpu.report.insight import calibration, consistency, proposal, under_floor
 from onegpu.report.parts import absent, e, kv, multi_gpu_protocol, num, page_style, section, table, text
 from onegpu.report.sections import run_sections
@@ -24,10 +25,11 @@ REVIEW_LINE = ("Review before sharing: this report holds local paths, GPU UUIDs,
 def sections(receipt: ReceiptData, samples: Sequence[dict] = (), settings: dict | None = None,
              files: Sequence[tuple[str, int | None]] = ()) -> list[str]:
     """The kit's sections, top down: review line and banners, verdict, facts, settings and plan, checkpoint and its
-    consistency, capacity with the reserve's calibration, the proposal, then the run phases, limitations, fact
-    lines and the run itself."""
+    consistency, capacity, the link ceiling (and the measured rates against it), the reserve's calibration, the
+    proposal, then the run phases, limitations, fact lines and the run itself."""
     return [top(receipt), verdict(receipt), facts(receipt), settings_section(receipt, settings), plan(receipt),
-            checkpoint(receipt), consistency(receipt), capacity(receipt), calibration(receipt), proposal(receipt),
+            checkpoint(receipt), consistency(receipt), capacity(receipt), ceiling_section(receipt), calibration(receipt),
+            proposal(receipt),
             *run_sections(receipt, list(samples)), fact_lines(receipt), run(receipt, files)]
 
 

@@ -74,8 +74,9 @@ def summarize(expected_ids: list[str], responses: list[dict], errors: list[dict]
 
 
 def _rate(ok: list[str], answers: dict, timings: dict) -> dict:
-    """Output tokens per second over the answered requests that report usage and have a timing."""
-    tokens, seconds, n, elapsed, ttfb = 0, 0.0, 0, [], []
+    """Output (and prompt) tokens per second over the answered requests that report usage and have a timing: lower
+    bounds on the decode (and prefill) rate, since each answer's elapsed time holds both."""
+    tokens, seconds, n, elapsed, ttfb, prompt = 0, 0.0, 0, [], [], 0
     for cid in ok:
         usage = answers[cid].get("body", {}).get("usage") if isinstance(answers[cid].get("body"), dict) else None
         timing = timings.get(cid)
@@ -87,11 +88,15 @@ def _rate(ok: list[str], answers: dict, timings: dict) -> dict:
         completion = usage.get("completion_tokens") if isinstance(usage, dict) else None
         if isinstance(completion, int) and not isinstance(completion, bool):
             tokens, seconds, n = tokens + completion, seconds + timing.get("elapsed_s", 0.0), n + 1
+            prompted = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+            prompt += prompted if isinstance(prompted, int) and not isinstance(prompted, bool) else 0
     return {
         "rate_label": f"output tokens per second measured through this transport ({TRANSPORT}) over {n} "
                       "requests",
         "measured_requests": n, "output_tokens": tokens, "measured_elapsed_s": round(seconds, 3),
         "output_tokens_per_s": round(tokens / seconds, 3) if n and seconds > 0 else None,
+        "prompt_tokens": prompt,
+        "prompt_tokens_per_s": round(prompt / seconds, 3) if n and seconds > 0 and prompt else None,
         "median_elapsed_s": round(statistics.median(elapsed), 3) if elapsed else None,
         "median_ttfb_s": round(statistics.median(ttfb), 3) if ttfb else None,
     }
