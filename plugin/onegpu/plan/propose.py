@@ -303,47 +303,49 @@ def _smallest_budget(params, need: int) -> tuple[int, int, int]:
     return _ceil_gib(before), before, len(params)
 
 
+def _alternative(name: str, plan, gpu_budget: int, kv_bytes: int, why: str, **extra) -> dict:
+    """One alternative's record: its RAM cap, pinned and peak bytes, what it moves and leaves on the GPU, its plan
+    (for the link ceiling; the document keeps numbers only)."""
+    cap = _ceil_gib(plan.peak_bytes + CONTAINER_OWN_NEEDS_BYTES)
+    return {"name": name, **extra, "container_ram_gib": cap, "pinned_bytes": plan.pinned_bytes,
+            "peak_bytes": plan.peak_bytes, "parameters": len(plan.offloaded), "offloaded_bytes": plan.offloaded_bytes,
+            "gpu_left_bytes": gpu_budget - plan.gpu_resident_bytes - kv_bytes, "confirmed": False, "plan": plan,
+            "why": why}
+
+
 def _alternatives(ckpt, offload_gib: int, everything, gpu_budget: int, kv_bytes: int, layout) -> list[dict]:
-    """Exact pinning and selective expert offload for the same budget: choices to measure, never results."""
-    own = CONTAINER_OWN_NEEDS_BYTES
+    """Exact pinning, more offload and selective expert offload: choices to measure, never results."""
+    own = gib(CONTAINER_OWN_NEEDS_BYTES)
     exact = kit_plan(ckpt, offload_gib * GIB, "exact", layout=layout)
-    out = [{"name": "exact pinning", "settings": {"offload_pinning": "exact",
-                                                  "container_ram_gib": _ceil_gib(exact.peak_bytes + own)},
-            "container_ram_gib": _ceil_gib(exact.peak_bytes + own), "pinned_bytes": exact.pinned_bytes,
-            "peak_bytes": exact.peak_bytes, "parameters": len(exact.offloaded), "confirmed": False,
-            "plan": exact,
-            "why": f"offload_pinning \"exact\" (VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1): the same "
-                   f"{len(exact.offloaded)} parameters pinned at their own size = {gib(exact.pinned_bytes)}, peak "
-                   f"{gib(exact.peak_bytes)}, + {gib(own)} ASSUMED own needs, rounded up; {UNCONFIRMED}"}]
+    out = [_alternative("exact pinning", exact, gpu_budget, kv_bytes,
+                        f"offload_pinning \"exact\" (VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1): the same "
+                        f"{len(exact.offloaded)} parameters pinned at their own size = {gib(exact.pinned_bytes)}, "
+                        f"peak {gib(exact.peak_bytes)}, + {own} ASSUMED own needs, rounded up; {UNCONFIRMED}",
+                        settings={"offload_pinning": "exact",
+                                  "container_ram_gib": _ceil_gib(exact.peak_bytes + CONTAINER_OWN_NEEDS_BYTES)})]
     whole = _ceil_gib(everything.offerable_bytes)
     if whole > offload_gib:
         more = kit_plan(ckpt, whole * GIB, layout=layout)
         left = gpu_budget - more.gpu_resident_bytes - kv_bytes
-        out.append({"name": "more offload", "settings": {"cpu_offload_gib": whole,
-                                                         "container_ram_gib": _ceil_gib(more.peak_bytes + own)},
-                    "container_ram_gib": _ceil_gib(more.peak_bytes + own), "pinned_bytes": more.pinned_bytes,
-                    "peak_bytes": more.peak_bytes, "parameters": len(more.offloaded),
-                    "offloaded_bytes": more.offloaded_bytes, "gpu_left_bytes": left, "confirmed": False,
-                    "plan": more,
-                    "why": f"cpu_offload_gib {whole}: every decoder-layer weight the offloader is offered "
-                           f"({gib(more.offloaded_bytes)}) leaves the GPU, {gib(left)} of it left after for the KV "
-                           f"cache to grow; {len(more.offloaded)} parameters pinned, rounded = "
-                           f"{gib(more.pinned_bytes)}, peak {gib(more.peak_bytes)} + {gib(own)} ASSUMED own needs"})
+        out.append(_alternative(
+            "more offload", more, gpu_budget, kv_bytes,
+            f"cpu_offload_gib {whole}: every decoder-layer weight the offloader is offered "
+            f"({gib(more.offloaded_bytes)}) leaves the GPU, {gib(left)} of it left after for the KV cache to grow; "
+            f"{len(more.offloaded)} parameters pinned, rounded = {gib(more.pinned_bytes)}, peak "
+            f"{gib(more.peak_bytes)} + {own} ASSUMED own needs",
+            settings={"cpu_offload_gib": whole,
+                      "container_ram_gib": _ceil_gib(more.peak_bytes + CONTAINER_OWN_NEEDS_BYTES)}))
     names = sorted({p.local.rsplit(".", 1)[-1] for p in everything.offloaded if ".experts." in f".{p.local}"})
     if names:
         sel = kit_plan(ckpt, offload_gib * GIB, "rounded", selected=tuple(names), layout=layout)
-        left = gpu_budget - sel.gpu_resident_bytes - kv_bytes
-        out.append({"name": "selective expert offload", "engine_args": ["--cpu-offload-params", *names],
-                    "container_ram_gib": _ceil_gib(sel.peak_bytes + own), "pinned_bytes": sel.pinned_bytes,
-                    "peak_bytes": sel.peak_bytes, "parameters": len(sel.offloaded),
-                    "offloaded_bytes": sel.offloaded_bytes, "gpu_left_bytes": left, "confirmed": False,
-                    "plan": sel,
-                    "why": f"A CHOICE TO MEASURE, NOT A FASTER RESULT: --cpu-offload-params {' '.join(names)} keeps "
-                           f"the budget but offers only the experts' parameters ({RULES['selective'].cite()}): "
-                           f"{where_lines(sel)}; every attention and dense weight stays on the GPU; "
-                           f"{len(sel.offloaded)} parameters pinned, rounded = {gib(sel.pinned_bytes)}, peak "
-                           f"{gib(sel.peak_bytes)} + {gib(own)} ASSUMED own needs; GPU left after "
-                           f"{gib(left)}; the kit's settings cannot ask for it: it is not in the launch"})
+        out.append(_alternative(
+            "selective expert offload", sel, gpu_budget, kv_bytes,
+            f"A CHOICE TO MEASURE, NOT A FASTER RESULT: --cpu-offload-params {' '.join(names)} keeps the budget but "
+            f"offers only the experts' parameters ({RULES['selective'].cite()}): {where_lines(sel)}; every attention "
+            f"and dense weight stays on the GPU; {len(sel.offloaded)} parameters pinned, rounded = "
+            f"{gib(sel.pinned_bytes)}, peak {gib(sel.peak_bytes)} + {own} ASSUMED own needs; GPU left after "
+            f"{gib(gpu_budget - sel.gpu_resident_bytes - kv_bytes)}; the kit's settings cannot ask for it: it is "
+            "not in the launch", engine_args=["--cpu-offload-params", *names]))
     return out
 
 
