@@ -152,3 +152,12 @@ def test_no_rate_or_no_bound_is_no_row():
     assert measured_against(record_of(10.0, 400.0), {"output_tokens_per_s": None}, "batch") == []
     assert measured_against(None, {"output_tokens_per_s": 1.0}, "batch") == []
     assert measured_against({"label": "not computed"}, {"output_tokens_per_s": 1.0}, "batch") == []
+
+
+def test_a_tiny_share_keeps_its_digits():
+    """A CPU double's rate against a GPU link's bound is millionths: shown and kept as such, never 0.0 %."""
+    from onegpu.plan.ceiling_record import percent
+
+    rows = measured_against(record_of(48_486_193.65, 400.0), {"output_tokens_per_s": 166.844}, "canary")
+    assert rows[0]["fraction"] == 3.441e-06 and percent(rows[0]["fraction"]) == "0.00034%"
+    assert (percent(0.25), percent(1.5), percent(0.0)) == ("25.0%", "150.0%", "0.0%")

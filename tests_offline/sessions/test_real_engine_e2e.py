@@ -61,17 +61,20 @@ def test_a_whole_approved_session_on_the_real_engine_passes_every_phase(docker_c
 
     model = tiny_models["qwen3-moe"]
     # 0.01 GiB of offload in the plan: every decoder layer of the tiny model, so the plan has a link ceiling (the
-    # CPU build keeps its CPU weights where they are: vLLM's offloader leaves a module on the CPU device alone)
+    # CPU build keeps its CPU weights where they are: vLLM's offloader leaves a module on the CPU device alone);
+    # the RAM cap one GiB above the 8 GiB the plan ASSUMES the container needs for itself, to hold the pinned copy
     project = make_project(tmp_path / "p", real_engine_image, "cpu", model, model_id="tiny/qwen3-moe",
-                           cpu_offload_gib=0.01)
+                           cpu_offload_gib=0.01, container_ram_gib=9)
     extra = add_batch(project, BATCH, ignore_eos=True)
     bodies = [json.loads(line)["body"] for line in (project / "r.jsonl").read_text().splitlines()]
     proc = session(project, "runs/real", None, *extra, "--timeout=1200", mark="approve_load and (canary or batch or serve)")
     folder = project / "runs" / "real"
     seen: dict = {}
     try:
-        connection = wait_for(lambda: ready_connection(folder), SESSION_TIMEOUT_S, "the serve window to be READY",
-                              step_s=0.25)
+        # a session that ends before READY (a blocked plan, a failed boot) ends the wait at once
+        connection = wait_for(lambda: ready_connection(folder) or proc.poll() is not None, SESSION_TIMEOUT_S,
+                              "the serve window to be READY", step_s=0.25)
+        assert isinstance(connection, dict), (finish(proc, 60)[-6000:], receipt_of(project, "runs/real")["verdict"])
         worker = threading.Thread(target=use_the_window, args=(connection, tmp_path, seen))
         worker.start()
         worker.join(600)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from onegpu.core.units import gib
+from onegpu.core.units import gib, size_text
 from onegpu.plan.ceiling import Ceilings, Link, LinkBytes, ceiling_rules_json, ceilings, link_bytes
 
 UPPER = "UPPER BOUND"
@@ -26,7 +26,14 @@ def _tps(value: float | None) -> str:
 
 
 def _seconds(value: float | None) -> str:
-    return "unknown (no link bandwidth)" if value is None else f"{value:,.2f} s"
+    if value is None:
+        return "unknown (no link bandwidth)"
+    return f"{value:,.2f} s" if value >= 0.01 else f"{value * 1000:.3g} ms"
+
+
+def _size(nbytes: int | None) -> str:
+    """Below a GiB in MiB (a tiny model's step is a few MiB, not '0.00 GiB')."""
+    return "unknown" if nbytes is None else size_text(nbytes)
 
 
 def link_line(link: Link) -> str:
@@ -38,12 +45,12 @@ def link_line(link: Link) -> str:
 
 
 def traffic_line(traffic: LinkBytes, steps: dict[int, int], chunk: int, chunk_bytes: int) -> str:
-    routing = (f"routed experts {gib(traffic.expert_bytes)} in {traffic.moe_layers} offloaded MoE layers x "
+    routing = (f"routed experts {_size(traffic.expert_bytes)} in {traffic.moe_layers} offloaded MoE layers x "
                f"{traffic.top_k}/{traffic.experts} a token" if traffic.experts else
-               f"routed experts {gib(traffic.expert_bytes)} (routing unknown: counted whole)")
+               f"routed experts {_size(traffic.expert_bytes)} (routing unknown: counted whole)")
     one = steps.get(1)
-    return (f"bytes over the link, at least: a decode step of one token {gib(one)} (offloaded dense parameters "
-            f"{gib(traffic.dense_bytes)} whole + {routing}); a prefill chunk of {chunk:,} tokens {gib(chunk_bytes)}")
+    return (f"bytes over the link, at least: a decode step of one token {_size(one)} (offloaded dense parameters "
+            f"{_size(traffic.dense_bytes)} whole + {routing}); a prefill chunk of {chunk:,} tokens {_size(chunk_bytes)}")
 
 
 def ceiling_lines(traffic: LinkBytes, link: Link, c: Ceilings, max_num_seqs: int = 1) -> list[str]:
@@ -82,6 +89,13 @@ def ceiling_record(traffic: LinkBytes, link: Link, c: Ceilings) -> dict:
             "rules": ceiling_rules_json()}
 
 
+def percent(fraction: float) -> str:
+    """A share as a percentage: one decimal from 1 %, two significant digits below (a CPU double's rate is a few
+    millionths of a GPU link's bound, not 0.0 %)."""
+    value = 100 * fraction
+    return f"{value:.1f}%" if value >= 1 or value == 0 else f"{value:.2g}%"
+
+
 def _finite(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
         else None
@@ -107,14 +121,14 @@ def measured_against(record: dict | None, summary: dict | None, what: str) -> li
         status = "ABOVE THE CEILING: contradicts the model of the link" if fraction is not None and fraction > 1 \
             else "below the ceiling"
         rows.append({"run": what, "rate": rate, "measured_tps": round(measured, 3), "ceiling_tps": round(ceiling, 3),
-                     "fraction": round(fraction, 4) if fraction is not None else None, "status": status, "why": why,
+                     "fraction": float(f"{fraction:.4g}") if fraction is not None else None, "status": status, "why": why,
                      "link_basis": (record.get("link") or {}).get("basis")})
     return rows
 
 
 def measured_lines(rows: list[dict]) -> list[str]:
     return [f"{r['run']} {r['rate']}: measured at least {r['measured_tps']:,.2f} tokens/s = "
-            f"{100 * r['fraction']:.1f}% of the link's {UPPER.lower()} {r['ceiling_tps']:,.2f} tokens/s "
+            f"{percent(r['fraction'])} of the link's {UPPER.lower()} {r['ceiling_tps']:,.2f} tokens/s "
             f"(link {r['link_basis']}); {r['status']}" for r in rows if r.get("fraction") is not None]
 
 

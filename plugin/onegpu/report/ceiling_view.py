@@ -2,6 +2,7 @@
 measured set against them, in a table and as bars. A rate above its bound is shown as the contradiction it is."""
 from __future__ import annotations
 
+from onegpu.plan.ceiling_record import percent
 from onegpu.evidence.receipt_schema import ReceiptData
 from onegpu.report.parts import absent, e, section, table
 from onegpu.report.rates_svg import rates_plot
@@ -34,7 +35,7 @@ def measured(receipt: ReceiptData) -> str:
     shown = table(["run", "rate", "measured, tokens/s (a lower bound)", "upper bound, tokens/s", "share", "link",
                    "status", "how it is measured"],
                   [[r.get("run"), r.get("rate"), f"{r.get('measured_tps'):,.2f}", f"{r.get('ceiling_tps'):,.2f}",
-                    "unknown" if r.get("fraction") is None else f"{100 * r['fraction']:.1f}%", r.get("link_basis"),
+                    "unknown" if r.get("fraction") is None else percent(r["fraction"]), r.get("link_basis"),
                     r.get("status"), r.get("why")] for r in rows])
     above = [r for r in rows if (r.get("fraction") or 0) > 1]
     alarm = (f'<p class="og-alarm">{len(above)} measured rate(s) ABOVE the link ceiling: the model of the link (its '

@@ -11,6 +11,7 @@ from typing import Mapping
 
 from msgspec import Struct, field
 
+from onegpu.plan.ceiling_record import percent
 from onegpu.report.parts import multi_gpu_protocol
 from onegpu.core.units import gib
 from onegpu.core.outcomes import PHASES
@@ -200,7 +201,7 @@ def _ceiling_values(receipt) -> dict:
     for row in receipt.get("rates_vs_ceiling") or []:
         if isinstance(row, dict) and row.get("fraction") is not None:
             values[f"measured {row.get('run')} {row.get('rate')}"] = (
-                f"{row.get('measured_tps'):,.2f} tokens/s = {100 * row['fraction']:.1f}% of its bound"
+                f"{row.get('measured_tps'):,.2f} tokens/s = {percent(row['fraction'])} of its bound"
                 + (" (ABOVE THE CEILING)" if row["fraction"] > 1 else ""))
     return {k: v for k, v in values.items() if v is not None}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from html import escape
 from typing import Sequence
 
+from onegpu.plan.ceiling_record import percent
 from onegpu.report.svg import FONT
 
 WIDTH, LEFT, RIGHT, ROW_H, TOP, BOTTOM = 900, 150, 250, 30, 30, 34
@@ -43,7 +44,7 @@ def rates_plot(rows: Sequence[dict]) -> str | None:
                  f'<rect x="{LEFT}" y="{y + 4}" width="{x(1.0) - LEFT:.1f}" height="16" fill="{TRACK}"/>',
                  f'<rect class="og-rate" x="{LEFT}" y="{y + 4}" width="{max(x(share) - LEFT, 1.0):.1f}" height="16" '
                  f'fill="{colour}"/>',
-                 f'<text x="{WIDTH - RIGHT + 8}" y="{y + 15}" {FONT}>{100 * share:.1f}%: '
+                 f'<text x="{WIDTH - RIGHT + 8}" y="{y + 15}" {FONT}>{percent(share)}: '
                  f'{row.get("measured_tps", 0):,.2f} of at most {row.get("ceiling_tps", 0):,.2f} tokens/s'
                  f'{" ABOVE" if share > 1 else ""}</text>']
     bottom = TOP + ROW_H * len(shown)

@@ -2,6 +2,7 @@
 only (onegpu.report.share_shapes): the link's basis is one of three words, the rows' names one of a few."""
 from __future__ import annotations
 
+from onegpu.plan.ceiling_record import percent
 from onegpu.evidence.receipt_schema import ReceiptData
 from onegpu.report.share_shapes import WITHHELD, as_dict, finite, gib, number
 
@@ -39,7 +40,7 @@ def ceiling_share_lines(receipt: ReceiptData) -> list[str]:
         if share is None:
             continue
         lines.append(f"- measured {_word(r.get('run'), RUNS)} {_word(r.get('rate'), RATES)}: at least "
-                     f"{number(r.get('measured_tps'), ' tokens/s')} = {100 * share:.1f}% of its upper bound "
+                     f"{number(r.get('measured_tps'), ' tokens/s')} = {percent(share)} of its upper bound "
                      f"{number(r.get('ceiling_tps'), ' tokens/s')}"
                      + (" (ABOVE THE CEILING: the model of the link is contradicted)" if share > 1 else ""))
     return lines
