@@ -101,3 +101,26 @@ def test_the_reaper_closes_a_dead_sessions_receipt_with_its_journal_folded_in(tm
     assert closed["engine"] == {"container_id": "c1", "end": {"exit_code": 137}}
     assert closed["tests"] == {"t::load": {"outcome": "passed"}}
     assert closed["reaper"]["closed"] is True and closed["verdict"].startswith("INTERRUPTED")
+
+
+def test_the_reaper_closes_a_serve_window_the_dead_session_left_ready(tmp_path):
+    from onegpu.engine.reaper import close_evidence
+
+    folder = create_run_folder(tmp_path, "serve")
+    receipt = Receipt(folder, HEADER)
+    receipt.set("serve", {"state": "READY", "ready_at": "t0", "closed_at": None, "closed_reason": None})
+    close_evidence(folder, "owner died", {"exit_code": 137})
+    serve = json.loads((folder / "receipt.json").read_text())["serve"]
+    assert serve["state"] == "CLOSED" and serve["closed_reason"] == "owner died" and serve["ready_at"] == "t0"
+    assert serve["engine_end"] == {"exit_code": 137} and serve["closed_at"]
+
+
+def test_the_reaper_leaves_a_window_the_session_closed_as_it_was(tmp_path):
+    from onegpu.engine.reaper import close_evidence
+
+    folder = create_run_folder(tmp_path, "serve")
+    receipt = Receipt(folder, HEADER)
+    closed = {"state": "CLOSED", "closed_at": "t1", "closed_reason": "STOP file", "engine_end": None}
+    receipt.set("serve", dict(closed))
+    close_evidence(folder, "owner died", {"exit_code": 137})
+    assert json.loads((folder / "receipt.json").read_text())["serve"] == closed

@@ -188,6 +188,9 @@ def test_sigkill_the_reaper_removes_the_engine_within_15_s_and_says_closed(docke
         if stage == "window":
             doc = json.loads((folder / "connection-private.json").read_text())
             assert doc["state"] == "CLOSED" and "pid %d" % proc.pid in doc["closed_reason"]
+            serve = receipt["serve"]  # the record says what the connection file says, never READY of a dead window
+            assert serve["state"] == "CLOSED" and serve["closed_reason"] == doc["closed_reason"]
+            assert serve["closed_at"] == doc["closed_at"] and serve["engine_end"] == end
         wait_for(lambda: not pid_alive(receipt["engine"]["reaper_pid"]), 10, "the reaper to exit")
         foreign.reload()
         assert foreign.status == "running"  # never touched

@@ -75,22 +75,28 @@ def _owner_died_reason(owner_pid: str) -> str:
 
 
 def close_evidence(run_folder: Path, reason: str, end: dict) -> None:
-    """CLOSED with the reason in the connection file (if a window was opened) and in the receipt."""
+    """CLOSED with the reason in the connection file (if a window was opened) and in the receipt: its engine
+    end, its serve section (a window the dead session left STARTING or READY) and its verdict."""
     from onegpu.evidence.receipt import fold_journal, now_iso
     from onegpu.evidence.rundir import write_json
 
+    closed_at = now_iso()
     connection = run_folder / "connection-private.json"
     if connection.exists():
         doc = json.loads(connection.read_bytes())
         if doc.get("state") != "CLOSED":
-            doc.update(state="CLOSED", closed_at=now_iso(), closed_reason=reason)
+            doc.update(state="CLOSED", closed_at=closed_at, closed_reason=reason)
             write_json(connection, doc)
     receipt_path = run_folder / "receipt.json"
     if receipt_path.exists():
         receipt = fold_journal(run_folder)  # what the dead session journalled after its last whole write
         engine = receipt.setdefault("engine", {})
         engine["end"] = {**(engine.get("end") or {}), **end}
-        receipt["reaper"] = {"closed": True, "reason": reason, "at": now_iso()}
+        serve = receipt.get("serve")
+        if serve and serve.get("state") != "CLOSED":  # the receipt never says READY of a window that is gone
+            receipt["serve"] = {**serve, "state": "CLOSED", "closed_at": closed_at, "closed_reason": reason,
+                                "engine_end": end}
+        receipt["reaper"] = {"closed": True, "reason": reason, "at": closed_at}
         if receipt.get("verdict") is None:
             receipt["verdict"] = f"INTERRUPTED: the session never finished: {reason}"
         receipt["finished_at"] = receipt.get("finished_at") or now_iso()
