@@ -16,7 +16,7 @@ import re
 import socket
 import time
 
-from onegpu.engine.uds_http import UnixHTTPConnection
+from onegpu.core.uds_http import UnixHTTPConnection
 
 CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)", re.IGNORECASE)
 LAST_CHUNK_END = b"\r\n0\r\n\r\n"  # the end of a chunked answer

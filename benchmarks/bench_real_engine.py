@@ -317,7 +317,7 @@ def progress_printer() -> Callable[[str, bool], None]:
 # -- the calls -------------------------------------------------------------------------------------------------
 def canary_times(socket_path: str, model_id: str, calls: int) -> list[dict]:
     """The canary request sent `calls` times as the kit sends it; each call's seconds and completion tokens."""
-    from onegpu.engine.uds_http import uds_request
+    from onegpu.core.uds_http import uds_request
 
     url, body = canary_call(model_id)
     out = []
@@ -456,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     import docker
 
     from onegpu.engine.container import Engine
-    from onegpu.session.interrupts import GUARD
+    from onegpu.engine.interrupts import GUARD
     from devkit.real_engine.build import ensure_real_engine_image, real_engine_tag
     from devkit.real_engine.tiny_models import build
 

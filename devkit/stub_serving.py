@@ -17,7 +17,7 @@ from typing import Iterator
 
 from docker.types import Mount
 
-from onegpu.engine.uds_http import uds_request
+from onegpu.core.uds_http import uds_request
 from devkit.stub_engine.build import ensure_stub_image
 
 MODEL_ID = "stub-org/stub-model"

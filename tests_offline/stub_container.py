@@ -9,7 +9,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 
-from onegpu.engine.uds_http import uds_request
+from onegpu.core.uds_http import uds_request
 from devkit.request_corpus import CONTEXT, MODEL
 from devkit.stub_engine.build import ensure_stub_image
 

@@ -41,7 +41,7 @@ from onegpu.session import gating, terminal
 from onegpu.session.backstop import backstop_s, checkpoint_bytes
 from onegpu.session.glue import session_settings, settings_path
 from onegpu.machine.model import load_profile
-from onegpu.session.interrupts import GUARD
+from onegpu.engine.interrupts import GUARD
 from onegpu.session.interruption import Cut, phase_progress, timeout_detail, unreported
 from onegpu.core.jsonable import FactsFormatError
 from onegpu.core.outcomes import Blocked, parse_reason

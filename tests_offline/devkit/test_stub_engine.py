@@ -20,7 +20,7 @@ import pytest
 from docker.models.containers import Container
 
 from onegpu.engine.bootlog import Failure, classify_failure, explain_failure, parse_boot_log
-from onegpu.engine.uds_http import uds_request, uds_stream
+from onegpu.core.uds_http import uds_request, uds_stream
 from devkit.stub_engine.build import REPOSITORY, ensure_stub_image, stub_tag
 from devkit.stub_engine.payload.vllm_stub.logfmt import boot_numbers
 

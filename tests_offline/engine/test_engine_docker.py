@@ -17,7 +17,7 @@ from msgspec import structs
 from onegpu.engine.container import Engine
 from onegpu.engine.image import resolve_image
 from onegpu.core.outcomes import Blocked
-from onegpu.engine.uds_http import uds_request
+from onegpu.core.uds_http import uds_request
 from tests_offline.engine_helpers import ENGINE_UID, make_spec, run_folder_of
 
 MiB = 2**20

@@ -1,4 +1,4 @@
-"""plugin/onegpu/engine/uds_http.py against a real HTTP server on a real Unix socket (a small threaded server in this file)."""
+"""plugin/onegpu/core/uds_http.py against a real HTTP server on a real Unix socket (a small threaded server in this file)."""
 from __future__ import annotations
 
 import hashlib
@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from onegpu.engine.uds_http import SUN_PATH_MAX, UnixHTTPConnection, uds_request, uds_stream
+from onegpu.core.uds_http import SUN_PATH_MAX, UnixHTTPConnection, uds_request, uds_stream
 
 
 class Handler(BaseHTTPRequestHandler):

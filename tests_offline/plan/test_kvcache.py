@@ -219,7 +219,7 @@ def test_one_table_of_kv_dtypes_feeds_the_settings_the_estimate_and_the_version_
     """A dtype added to kv_dtypes.KV_DTYPES is accepted by the settings, sized by the estimate, version-checked and
     judged for the DiffKV backends, with nothing else to edit; each of today's rows is read that way."""
     from onegpu.checkpoint.consistency import check_kv_dtype
-    from onegpu.plan.kv_dtypes import KV_DTYPES
+    from onegpu.core.kv_dtypes import KV_DTYPES
     from onegpu.plan.settings import check_field
 
     assert list(KV_DTYPES) == ["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]

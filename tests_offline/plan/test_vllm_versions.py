@@ -1,12 +1,12 @@
 """Which vLLM version's rules a plan applies, how the kit knows the version, and what a probe that finds another
-version does (onegpu.plan.vllm_versions; the run-folder record through onegpu.evidence.run_reader)."""
+version does (onegpu.plan.vllm_versions; the run-folder record through onegpu.report.run_reader)."""
 import json
 
 import pytest
 
 from onegpu.core.outcomes import Blocked
 from onegpu.evidence.receipt import SCHEMA
-from onegpu.evidence.run_reader import recorded_vllm_version
+from onegpu.report.run_reader import recorded_vllm_version
 from onegpu.plan.vllm_versions import (ASSUMED, DECLARED, PROBED, RECORDED, VERSION_RULES, accounting_for,
                                        accounting_from_record, choose_accounting, describe_accounting,
                                        probed_against_plan, series_of)

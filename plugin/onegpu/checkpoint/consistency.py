@@ -17,7 +17,7 @@ from itertools import compress
 from packaging.version import InvalidVersion, Version
 from msgspec import Struct, field
 
-from onegpu.plan.kv_dtypes import KV_DTYPES
+from onegpu.core.kv_dtypes import KV_DTYPES
 from onegpu.checkpoint.tensor_roles import collapse_experts
 from onegpu.core.jsonable import to_json
 

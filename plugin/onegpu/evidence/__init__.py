@@ -1,1 +1,2 @@
-"""The run folder and what is written into it: receipt.json, the verdicts, the one reader of run folders."""
+"""The run folder and what is written into it: receipt.json and its schema, the private-file writers every phase uses,
+the verdicts."""

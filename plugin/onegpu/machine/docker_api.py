@@ -27,7 +27,7 @@ def socket_path(endpoint: str) -> str | None:
 
 
 def _get(sock: str, path: str, timeout: float) -> tuple[int, object]:
-    from onegpu.engine.uds_http import UnixHTTPConnection
+    from onegpu.core.uds_http import UnixHTTPConnection
 
     conn = UnixHTTPConnection(sock, timeout)
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from msgspec import Struct
 from msgspec.structs import replace
 
-from onegpu.plan.kv_dtypes import KV_DTYPES
+from onegpu.core.kv_dtypes import KV_DTYPES
 from onegpu.plan.kv_pool import KvPool, LayerSpec, kv_pool
 from onegpu.plan.vllm_versions import Accounting, assumed_newest
 from onegpu.core.units import GIB

@@ -14,7 +14,7 @@ from msgspec import Struct, field
 
 from onegpu.core import strict_json
 from onegpu.core.jsonable import to_json
-from onegpu.plan.kv_dtypes import KV_DTYPES
+from onegpu.core.kv_dtypes import KV_DTYPES
 from onegpu.core.shown import as_json
 
 OWN_SCHEMA = "onegpu/settings@1"

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from onegpu.report.compare import RunEvidence, compare_runs
-from onegpu.evidence.run_reader import NotARunFolder, read_run
+from onegpu.report.run_reader import NotARunFolder, read_run
 
 
 def load_run(folder: Path) -> RunEvidence:

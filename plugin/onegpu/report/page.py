@@ -22,7 +22,7 @@ from pytest_metadata.plugin import metadata_key
 from onegpu.report.summary import TITLE, sections
 from onegpu.evidence.rundir import write_private
 from onegpu.session.state import kit_of
-from onegpu.evidence.run_reader import read_samples, read_settings_values
+from onegpu.report.run_reader import read_samples, read_settings_values
 from onegpu.report.share_summary import share_text
 from onegpu.core.units import GIB
 from onegpu.evidence.receipt_schema import ReceiptData

@@ -263,7 +263,7 @@ def run_requests(requests: list[RequestLine], engine: EngineLike, files: BatchFi
     Once the deadline passes or the engine is dead, the rest are recorded as errors without being sent.
     """
     if send is None:
-        from onegpu.engine.uds_http import uds_request as send
+        from onegpu.core.uds_http import uds_request as send
     result, recorder, began = RunResult(), _Recorder(files), clock()
     try:
         for index, req in enumerate(requests):

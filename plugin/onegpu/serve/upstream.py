@@ -17,7 +17,7 @@ from typing import Protocol, cast
 
 import httptools
 
-from onegpu.engine.uds_http import SUN_PATH_MAX
+from onegpu.core.uds_http import SUN_PATH_MAX
 
 FRESH_S = 1.0  # reuse an idle connection only this soon after its last use (s)
 MAX_IDLE = 8

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from onegpu.session.interrupts import SigtermGuard
+from onegpu.engine.interrupts import SigtermGuard
 
 
 @pytest.fixture
