@@ -42,8 +42,8 @@ import docker  # noqa: E402
 import psutil  # noqa: E402
 
 from benchmarks.bench_clients import CLIENTS  # noqa: E402
-from onegpu.serve.transport_log import percentile  # noqa: E402
 from devkit.stub_serving import SOCKET_IN_CONTAINER, stub_serving  # noqa: E402
+from onegpu.serve.transport_log import percentile  # noqa: E402
 
 KEY = "bench-" + "k" * 37
 ENGINE_UNPACED: dict[str, float] = {}  # the stub answers at once and streams its 16 tokens back to back

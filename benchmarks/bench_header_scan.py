@@ -38,9 +38,9 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from onegpu.checkpoint.scan import read_checkpoint  # noqa: E402
 from devkit.page_cache import resident_bytes  # noqa: E402
 from devkit.synth import moe_tensors, write_checkpoint  # noqa: E402
+from onegpu.checkpoint.scan import read_checkpoint  # noqa: E402
 
 TARGET_S = 1.0
 

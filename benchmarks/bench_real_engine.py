@@ -48,16 +48,23 @@ import time
 from pathlib import Path
 from typing import Callable
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from msgspec import structs
 
-from benchmarks.bench_adapter import (added_ms, adapter_process, command_line, interleaved,  # noqa: E402
-                                      machine_cpu_ticks, machine_line, markdown as latency_table, stats)
+from benchmarks.bench_adapter import (  # noqa: E402
+    adapter_process,
+    added_ms,
+    command_line,
+    interleaved,
+    machine_cpu_ticks,
+    machine_line,
+    stats,
+)
+from benchmarks.bench_adapter import markdown as latency_table
 from onegpu.core.jsonable import to_json  # noqa: E402
-from onegpu.requests.canary import canary_file  # noqa: E402
 from onegpu.engine.cgroup import CGROUP_ROOT, CgroupDir, find_container_cgroup, memory_bytes  # noqa: E402
+from onegpu.requests.canary import canary_file  # noqa: E402
 from onegpu.requests.requests_file import body_bytes  # noqa: E402
 
 MODEL = "qwen3-moe"
@@ -455,10 +462,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import docker
 
-    from onegpu.engine.container import Engine
-    from onegpu.engine.interrupts import GUARD
     from devkit.real_engine.build import ensure_real_engine_image, real_engine_tag
     from devkit.real_engine.tiny_models import build
+    from onegpu.engine.container import Engine
+    from onegpu.engine.interrupts import GUARD
 
     GUARD.install()  # SIGTERM ends the run like Ctrl-C: every container is removed on the way out
     # ...in this process only. The client pools fork it and are ended by SIGTERM: a worker that raised there

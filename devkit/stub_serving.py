@@ -17,8 +17,8 @@ from typing import Iterator
 
 from docker.types import Mount
 
-from onegpu.core.uds_http import uds_request
 from devkit.stub_engine.build import ensure_stub_image
+from onegpu.core.uds_http import uds_request
 
 MODEL_ID = "stub-org/stub-model"
 SOCKET_IN_CONTAINER = "/run/onegpu/engine.sock"

@@ -1,9 +1,9 @@
 """Phase 2, the plan: settings, checkpoint headers, image ID and capacity verdicts. Read-only."""
 import pytest
 
+from onegpu.plan.approved import describe_agreement, describe_checkpoint, describe_settings, require_revision
 from onegpu.plan.capacity import describe_weights
 from onegpu.plan.kvcache import describe_kv
-from onegpu.plan.approved import describe_agreement, describe_checkpoint, describe_settings, require_revision
 from onegpu.plan.vllm_versions import describe_accounting
 
 pytestmark = [pytest.mark.scan, pytest.mark.phase("plan")]

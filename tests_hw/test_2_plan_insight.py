@@ -2,9 +2,9 @@
 calibrated from an earlier run), checkpoint consistency, and an operator-supplied score. Read-only."""
 import pytest
 
+from onegpu.checkpoint.consistency import check_lines
 from onegpu.plan import calibrate, propose
 from onegpu.plan import operator_score as score
-from onegpu.checkpoint.consistency import check_lines
 
 pytestmark = [pytest.mark.scan, pytest.mark.phase("plan")]
 

@@ -1,9 +1,9 @@
 """Phase 6, the canary: a LOAD SMOKE CHECK through the engine, one request at a time. UNSCORED, never a benchmark."""
 import pytest
 
+from onegpu.fixtures.requests import CANARY_TITLE
 from onegpu.requests import requests_file
 from onegpu.requests.batch_summary import not_answered
-from onegpu.fixtures.requests import CANARY_TITLE
 
 pytestmark = [pytest.mark.approve_load, pytest.mark.canary, pytest.mark.phase("canary")]
 

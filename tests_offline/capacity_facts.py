@@ -4,11 +4,11 @@ from types import SimpleNamespace
 
 from msgspec.structs import fields
 
+from devkit.synth import nbytes
 from onegpu.checkpoint.model import CheckpointFacts, QuantFacts, TensorInfo, TensorTable
+from onegpu.checkpoint.tensor_roles import layer_index, tensor_role
 from onegpu.machine.model import CgroupFacts, GpuDevice, HostFacts
 from onegpu.plan.settings import parse_settings
-from onegpu.checkpoint.tensor_roles import layer_index, tensor_role
-from devkit.synth import nbytes
 
 GIB = 2**30
 

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from devkit.synth import (INDEX_NAME, header_prefix, moe_tensors, nbytes, write_checkpoint, write_raw_shard,
-                                  write_shard)
+from devkit.synth import INDEX_NAME, header_prefix, moe_tensors, nbytes, write_checkpoint, write_raw_shard, write_shard
 
 SHARD1 = "model-00001-of-00002.safetensors"
 SHARD2 = "model-00002-of-00002.safetensors"

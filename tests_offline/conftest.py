@@ -128,8 +128,8 @@ def engine_images(docker_client):
 
 @pytest.fixture(scope="session")
 def real_runs(docker_client, tmp_path_factory) -> RealRuns:
-    from tests_offline.report_sessions import RealRuns
     from devkit.stub_engine.build import ensure_stub_image
+    from tests_offline.report_sessions import RealRuns
 
     ensure_stub_image(docker_client)
     return RealRuns(tmp_path_factory.getbasetemp())

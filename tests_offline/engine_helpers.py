@@ -17,10 +17,10 @@ from pathlib import Path
 from msgspec import structs
 
 from onegpu.checkpoint.scan import read_config
+from onegpu.checkpoint.towers import has_towers
 from onegpu.engine.launch import LaunchSpec, Owner, build_launch_spec
 from onegpu.engine.leftovers import current_owner
 from onegpu.plan.settings import OWN_SCHEMA, Settings, parse_settings
-from onegpu.checkpoint.towers import has_towers
 
 ENGINE_UID = 1000 if os.getuid() == 0 else os.getuid()
 ENGINE_GID = 1000 if os.getuid() == 0 else os.getgid()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 
-
 from onegpu.engine.launch import Owner, build_launch_spec
 from onegpu.plan.settings import parse_settings
 from tests_offline.docker_required import skip_unless_ci

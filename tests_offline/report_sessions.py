@@ -14,11 +14,11 @@ from pathlib import Path
 
 import requests
 
-from tests_offline.capacity_facts import LLAMA_CONFIG, layers_table
 from devkit.e2e.harness import LLAMA, llama_tensors
+from devkit.synth import SYNTHETIC_METADATA, write_checkpoint
+from tests_offline.capacity_facts import LLAMA_CONFIG, layers_table
 from tests_offline.nvml_double import ENGINE_CONFTEST
 from tests_offline.paths import PROFILES, REPO_ROOT
-from devkit.synth import SYNTHETIC_METADATA, write_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_ELEMENT_TEST = "tests_hw/test_2_plan_launch.py::test_launch_plan_has_every_element_of_the_engine_container"
@@ -72,8 +72,8 @@ class RealRuns:
     }
 
     def __init__(self, base: Path):
-        from devkit.stub_engine.build import stub_tag
         from devkit.e2e.harness import make_project
+        from devkit.stub_engine.build import stub_tag
 
         self.project = base / PROJECT_NAME
         if not (self.project / "s.json").exists():

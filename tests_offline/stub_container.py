@@ -9,9 +9,9 @@ import tempfile
 import time
 from contextlib import contextmanager
 
-from onegpu.core.uds_http import uds_request
 from devkit.request_corpus import CONTEXT, MODEL
 from devkit.stub_engine.build import ensure_stub_image
+from onegpu.core.uds_http import uds_request
 
 SOCKET_IN_CONTAINER = "/run/onegpu/engine.sock"
 BOOT_TIMEOUT_S = 30

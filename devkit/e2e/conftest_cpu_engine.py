@@ -25,9 +25,9 @@ import os
 import pytest
 from msgspec import structs
 
+from devkit.e2e.conftest_simulated_gpu import simulate_gpu
 from onegpu.core.jsonable import to_json
 from onegpu.plan.kvcache import kv_cache_estimate
-from devkit.e2e.conftest_simulated_gpu import simulate_gpu
 
 CPU_BLOCK_SIZE = 128  # vllm/platforms/cpu.py: the CPU backends' block size when none is given
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from msgspec import structs
 
+from onegpu.evidence.rundir import write_json
 from onegpu.machine.model import facts_to_json
 from onegpu.machine.nvml import gpu_facts_from_raw
-from onegpu.evidence.rundir import write_json
 
 RECORDED_NVML = Path(os.environ["ONEGPU_E2E_NVML_RECORD"])
 BANNER = ("GPU SIMULATED: GPU facts come from recorded NVML answers of an H200 and the engine container gets no "

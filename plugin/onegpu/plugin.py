@@ -37,20 +37,19 @@ def _rewrite_fixture_modules_only() -> None:
 _rewrite_fixture_modules_only()
 
 from onegpu import __version__
-from onegpu.session import gating, terminal
-from onegpu.session.backstop import backstop_s, checkpoint_bytes
-from onegpu.session.glue import session_settings, settings_path
-from onegpu.machine.model import load_profile
-from onegpu.engine.interrupts import GUARD
-from onegpu.session.interruption import Cut, phase_progress, timeout_detail, unreported
 from onegpu.core.jsonable import FactsFormatError
 from onegpu.core.outcomes import Blocked, parse_reason
+from onegpu.engine.interrupts import GUARD
 from onegpu.evidence.receipt import Receipt, now_iso
 from onegpu.evidence.rundir import RunFolderError, create_run_folder, reopen_for_resume
-from onegpu.session.state import KIT_KEY, KitSession, kit_of
-from onegpu.plan.settings import SettingsError
 from onegpu.evidence.verdicts import phase_verdicts, run_verdict
-
+from onegpu.machine.model import load_profile
+from onegpu.plan.settings import SettingsError
+from onegpu.session import gating, terminal
+from onegpu.session.backstop import backstop_s, checkpoint_bytes
+from onegpu.session.glue import phase_of, session_settings, settings_path
+from onegpu.session.interruption import Cut, phase_progress, timeout_detail, unreported
+from onegpu.session.state import KIT_KEY, KitSession, kit_of
 
 
 # The report's modules (pytest-html's report data with jinja2, the summary and insight sections with the plan
@@ -146,7 +145,7 @@ def pytest_configure(config):
         raise pytest.UsageError(f"--host-ram-gib {stated_ram}: must be a finite positive number of GiB")
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
-    config.stash[KIT_KEY] = KitSession(options={}, command_line=_command_line(config))
+    config.stash[KIT_KEY] = KitSession(command_line=_command_line(config))
     _freeze_long_lived()
     # Everything frozen goes back to the collector when the session ends. A session run inside another
     # process (pytester's in-process runs) would otherwise keep whatever was alive at its start, cycles
@@ -183,11 +182,6 @@ def _git_commit(folder: Path) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
-
-
-def _phase(item) -> str:
-    mark = item.get_closest_marker("phase")
-    return mark.args[0] if mark and mark.args else "machine"
 
 
 def _session_kind(items) -> str:
@@ -236,12 +230,12 @@ def pytest_collection_modifyitems(session, config, items):
     if not selected or config.option.collectonly:
         return  # e.g. `pytest tests_offline` or `--collect-only`: nothing runs, no run folder
     kit.kind = _session_kind(selected)
-    kit.selected = {i.nodeid: _phase(i) for i in selected}
-    _open_run_folder(session, kit)
+    kit.selected = {i.nodeid: phase_of(i) for i in selected}
+    receipt = _open_run_folder(session, kit)
     _set_timeout_backstop(config, kit, [i for i in items if i.get_closest_marker(gating.APPROVAL_MARK)])
     for item in every_kit_test:
         if id(item) not in still and id(item) not in other:
-            kit.receipt.record_test(item.nodeid, {"phase": _phase(item), "outcome": "deselected",
+            receipt.record_test(item.nodeid, {"phase": phase_of(item), "outcome": "deselected",
                                                   "message": _why_not_run(item)})
 
 
@@ -283,7 +277,7 @@ def _why_not_run(item) -> str:
     return "needs approval: -m approve_load"
 
 
-def _open_run_folder(session, kit: KitSession) -> None:
+def _open_run_folder(session, kit: KitSession) -> Receipt:
     config = session.config
     out = config.getoption("out")
     runs_dir = config.getoption("runs_dir") or config.getini("onegpu_runs_dir")
@@ -306,6 +300,7 @@ def _open_run_folder(session, kit: KitSession) -> None:
         "hardware_source": "replayed" if kit.replayed else "live",
     })
     attach_html_report(session, kit.run_folder / "report.html")
+    return kit.receipt
 
 
 @pytest.hookimpl(wrapper=True)
@@ -331,11 +326,11 @@ def pytest_runtest_makereport(item, call):
     cause = getattr(exc, "__context__", None)
     if isinstance(cause, Blocked):
         kit.blocked[item.nodeid] = cause.as_json()
-    entry = _entry(report, _phase(item), kit)
+    entry = _entry(report, phase_of(item), kit)
     if entry is not None and entry["outcome"] == "interrupted":
         # The backstop fired: something hung past every deadline. The phases after it are not run against
         # whatever state it left; they read INTERRUPTED (never reached) instead.
-        kit.cut = Cut("timeout_backstop", item.nodeid, _phase(item), entry.pop("detail"))
+        kit.cut = Cut("timeout_backstop", item.nodeid, phase_of(item), entry.pop("detail"))
         item.session.shouldstop = f"onegpu: {item.nodeid} was cut by the timeout backstop"
     if entry is not None:
         kit.receipt.record_test(item.nodeid, entry)
@@ -377,7 +372,8 @@ def pytest_sessionfinish(session, exitstatus):
         for nodeid, entry in unreported(kit.selected, kit.receipt.data["tests"], cut).items():
             kit.receipt.data["tests"][nodeid] = entry
         kit.receipt.data["interrupted"] = cut.as_json()
-    phases = phase_verdicts(kit.receipt.data["tests"], phase_progress(kit.receipt.data, kit.run_folder))
+    assert kit.run_folder is not None  # opened with the receipt
+    phases = phase_verdicts(kit.receipt.data["tests"], phase_progress(kit.receipt.view(), kit.run_folder))
     kit.receipt.data["phases"] = phases
     verdict = run_verdict(phases, kit.receipt.data.get("capacity"))
     if exitstatus == pytest.ExitCode.INTERRUPTED and not verdict.startswith("INTERRUPTED"):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 
 from benchmarks.bench_header_scan import drop_from_page_cache, read_headers, resident_bytes_of, timed_pair
-from onegpu.checkpoint.scan import read_checkpoint
 from devkit.synth import moe_tensors, write_checkpoint
+from onegpu.checkpoint.scan import read_checkpoint
 
 MIB = 1 << 20
 

@@ -10,9 +10,19 @@ import json
 import pytest
 
 from benchmarks.bench_adapter import stats
-from benchmarks.bench_real_engine import (HOST_ANCHOR, IMPORT_ANCHOR, PASS_ANCHOR, canary_call, completion_body,
-                                          cpu_between, cpu_seconds, markdown, memory_figures, parse_args,
-                                          phase_peaks)
+from benchmarks.bench_real_engine import (
+    HOST_ANCHOR,
+    IMPORT_ANCHOR,
+    PASS_ANCHOR,
+    canary_call,
+    completion_body,
+    cpu_between,
+    cpu_seconds,
+    markdown,
+    memory_figures,
+    parse_args,
+    phase_peaks,
+)
 from onegpu.requests.canary import default_template
 
 V1_STAT = """cache 100

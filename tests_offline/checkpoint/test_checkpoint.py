@@ -9,12 +9,12 @@ import re
 
 import pytest
 
-from onegpu.checkpoint.scan import read_checkpoint
-from onegpu.core.outcomes import Blocked
-from onegpu.checkpoint.quant_config import quant_facts
-from onegpu.checkpoint.tensor_roles import is_packed, layer_index, packed_rows, tensor_role, tensor_roles
-from tests_offline.checkpoint_corpus import CASES, REVISION, base
 from devkit.synth import SYNTHETIC_METADATA, moe_tensors, nbytes, write_checkpoint, write_shard
+from onegpu.checkpoint.quant_config import quant_facts
+from onegpu.checkpoint.scan import read_checkpoint
+from onegpu.checkpoint.tensor_roles import is_packed, layer_index, packed_rows, tensor_role, tensor_roles
+from onegpu.core.outcomes import Blocked
+from tests_offline.checkpoint_corpus import CASES, REVISION, base
 
 MOE_CONFIG = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
               "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",

@@ -7,11 +7,20 @@ import shutil
 
 import pytest
 
-from onegpu.checkpoint.scan import read_checkpoint
-from onegpu.checkpoint.consistency import (Check, check_ignored_layers, check_kv_dtype, check_layer_count, check_lines,
-                                check_mtp, check_tied_head, check_towers, consistency_checks)
-from tests_offline.paths import REPO_ROOT
 from devkit.synth import SYNTHETIC_METADATA, write_checkpoint
+from onegpu.checkpoint.consistency import (
+    Check,
+    check_ignored_layers,
+    check_kv_dtype,
+    check_layer_count,
+    check_lines,
+    check_mtp,
+    check_tied_head,
+    check_towers,
+    consistency_checks,
+)
+from onegpu.checkpoint.scan import read_checkpoint
+from tests_offline.paths import REPO_ROOT
 
 BASE = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 64, "torch_dtype": "bfloat16"}

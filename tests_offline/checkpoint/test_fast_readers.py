@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from onegpu.core import strict_json
+from devkit.synth import header_prefix
 from onegpu.checkpoint.index_bulk import decode_index
 from onegpu.checkpoint.safetensors_bulk import check_bulk
 from onegpu.checkpoint.safetensors_header import HeaderError, parse_header, parse_header_by_entry
-from devkit.synth import header_prefix
+from onegpu.core import strict_json
 
 TENSORS = {"model.layers.0.mlp.experts.0.w1.weight": ("F8_E4M3", [4, 8]),
            "model.layers.0.mlp.experts.0.w1.weight_scale_inv": ("F32", [1, 1]),

@@ -12,8 +12,8 @@ import pytest
 import safetensors.numpy
 from safetensors import TensorSpec, safe_open, serialize
 
-from onegpu.checkpoint.safetensors_header import DTYPE_BITS, MAX_HEADER_BYTES, HeaderError, parse_header, read_header
 from devkit.synth import header_prefix, write_raw_shard, write_shard
+from onegpu.checkpoint.safetensors_header import DTYPE_BITS, MAX_HEADER_BYTES, HeaderError, parse_header, read_header
 
 # The safetensors package's names for each header dtype, with the bits it stores per element.
 PACKAGE_DTYPES = {

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from onegpu.checkpoint.scan import read_config
-from onegpu.core.outcomes import Blocked
 from onegpu.checkpoint.towers import has_towers
+from onegpu.core.outcomes import Blocked
 
 # Configs of architectures vLLM 0.32.0 registers (model_executor/models/registry.py), cut to the sections that
 # decide; the numbers inside the sections are placeholders.

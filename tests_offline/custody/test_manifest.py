@@ -18,18 +18,33 @@ from pathlib import Path
 
 import pytest
 
+from devkit.page_cache import resident_bytes
+from onegpu.checkpoint.hf_cache_auth import (
+    CONTENT_ADDRESS_STATEMENT,
+    PublisherHashesError,
+    detect_layout,
+    parse_publisher_hashes,
+)
+from onegpu.core.outcomes import Blocked
+from onegpu.core.units import MIB
 from onegpu.custody.flow import CustodyRequest, Reuse, covers_every_file, take_custody
-from onegpu.checkpoint.hf_cache_auth import (CONTENT_ADDRESS_STATEMENT, PublisherHashesError, detect_layout,
-                                  parse_publisher_hashes)
-from onegpu.custody.manifest import (DROP_STEP_BYTES, FileStat, ManifestError, buffer_bytes_for, default_workers,
-                             hash_file, hash_files, load_manifest, progress_line, recheck, walk_checkpoint)
+from onegpu.custody.manifest import (
+    DROP_STEP_BYTES,
+    FileStat,
+    ManifestError,
+    buffer_bytes_for,
+    default_workers,
+    hash_file,
+    hash_files,
+    load_manifest,
+    progress_line,
+    recheck,
+    walk_checkpoint,
+)
 from onegpu.custody.page_cache import cachestat_bytes, mincore_bytes, plan_page_cache
 from onegpu.custody.page_cache import resident_bytes as engine_resident_bytes
-from onegpu.core.units import MIB
-from onegpu.core.outcomes import Blocked
-from tests_offline.docker_required import skip_unless_ci
 from tests_offline.custody_helpers import REV, _settings, plain_checkpoint, sha256sum_lines
-from devkit.page_cache import resident_bytes
+from tests_offline.docker_required import skip_unless_ci
 
 pytest_plugins = ["pytester"]
 

@@ -12,10 +12,9 @@ import json
 import pytest
 from msgspec import structs
 
-from tests_offline.image_runs import CONTAINER_TIMEOUT_S, run_ok
-from devkit.real_engine.build import CONSTRAINTS, LABEL, RECORD_DIR, ensure_real_engine_image, \
-    real_engine_tag
+from devkit.real_engine.build import CONSTRAINTS, LABEL, RECORD_DIR, ensure_real_engine_image, real_engine_tag
 from devkit.real_engine.python_env import VLLM_ALIAS_VERSION, VLLM_VERSION, normalise, read_pins
+from tests_offline.image_runs import CONTAINER_TIMEOUT_S, run_ok
 
 
 @pytest.fixture(scope="session")

@@ -7,9 +7,9 @@ on the Unix socket, failure modes). Every container is labelled onegpu.test=1 an
 from __future__ import annotations
 
 import hashlib
-import math
 import http.client
 import json
+import math
 import os
 import re
 import threading
@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from docker.models.containers import Container
 
-from onegpu.engine.bootlog import Failure, classify_failure, explain_failure, parse_boot_log
-from onegpu.core.uds_http import uds_request, uds_stream
 from devkit.stub_engine.build import REPOSITORY, ensure_stub_image, stub_tag
 from devkit.stub_engine.payload.vllm_stub.logfmt import boot_numbers
+from onegpu.core.uds_http import uds_request, uds_stream
+from onegpu.engine.bootlog import Failure, classify_failure, explain_failure, parse_boot_log
 
 UID = "1000:1000"
 MODEL_ID = "org/stub-model"

@@ -19,10 +19,10 @@ import pytest
 import safetensors
 from safetensors import safe_open
 
+from devkit.real_engine.tiny_models import MODELS, build
 from onegpu.checkpoint.scan import read_checkpoint
 from onegpu.checkpoint.tensor_roles import ROUTED_EXPERTS
 from tests_offline.docker_required import skip_unless_ci
-from devkit.real_engine.tiny_models import MODELS, build
 from tests_offline.paths import REPO_ROOT
 
 REPO_ROOT = REPO_ROOT

@@ -9,11 +9,10 @@ import json
 
 import pytest
 
-from onegpu.engine.bootlog import BootFacts, Failure, classify_failure, explain_failure, failure_in_log, parse_boot_log
-from onegpu.core.outcomes import CODES
 from devkit.stub_engine.payload.vllm_stub import failures
-from devkit.stub_engine.payload.vllm_stub.logfmt import (VllmLog, boot_numbers, kv_lines, load_line,
-                                                                 offload_line)
+from devkit.stub_engine.payload.vllm_stub.logfmt import VllmLog, boot_numbers, kv_lines, load_line, offload_line
+from onegpu.core.outcomes import CODES
+from onegpu.engine.bootlog import BootFacts, Failure, classify_failure, explain_failure, failure_in_log, parse_boot_log
 from tests_offline.paths import DATA
 
 # model card of mitomtuna/MiMo-V2.5-0703-NVFP4-TP3 ("KV cache pool measured at boot", a 2026-07 vLLM build):

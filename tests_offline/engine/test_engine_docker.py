@@ -14,10 +14,10 @@ import pytest
 from docker.errors import NotFound
 from msgspec import structs
 
-from onegpu.engine.container import Engine
-from onegpu.engine.image import resolve_image
 from onegpu.core.outcomes import Blocked
 from onegpu.core.uds_http import uds_request
+from onegpu.engine.container import Engine
+from onegpu.engine.image import resolve_image
 from tests_offline.engine_helpers import ENGINE_UID, make_spec, run_folder_of
 
 MiB = 2**20

@@ -10,9 +10,9 @@ import stat
 import pytest
 from docker.errors import ImageNotFound
 
+from onegpu.core.outcomes import Blocked
 from onegpu.engine.container import Engine
 from onegpu.engine.launch import Owner, build_launch_spec
-from onegpu.core.outcomes import Blocked
 from tests_offline.engine_helpers import settings_for
 
 OWNER = Owner(pid=os.getpid(), start_ticks=None, boot_id=None, pidns=None, uid=os.getuid(), gid=os.getgid())

@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 
-from onegpu.engine.gpu_lock import GpuLock, GpuSetLock, ask_holder
 from onegpu.core.outcomes import Blocked
+from onegpu.engine.gpu_lock import GpuLock, GpuSetLock, ask_holder
 from tests_offline.paths import REPO_ROOT
 
 REPO = str(REPO_ROOT)

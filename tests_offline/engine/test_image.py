@@ -5,8 +5,8 @@ import time
 import docker
 import pytest
 
-from onegpu.engine.image import describe_image, resolve_image
 from onegpu.core.outcomes import Blocked
+from onegpu.engine.image import describe_image, resolve_image
 from tests_offline.tiny_image import tiny_rootfs
 
 
@@ -72,8 +72,8 @@ def test_an_engine_that_does_not_answer_is_no_docker(tmp_path):
 def test_the_direct_socket_path_answers_as_the_sdk_does(docker_client, local_image, monkeypatch):
     # resolve_local_image asks a local socket without the docker SDK; its facts and its IMAGE_MISSING must be the
     # SDK's, and what it cannot answer cleanly (a malformed reference: 400) goes back to the SDK path
-    from onegpu.machine.docker_api import NotAnswered
     from onegpu.engine.image import _resolve_on_socket, resolve_local_image
+    from onegpu.machine.docker_api import NotAnswered
 
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     reference, image_id = local_image

@@ -10,12 +10,12 @@ import subprocess
 from msgspec import structs
 
 from onegpu.engine import launch
-from onegpu.engine.launch import (GPU_UTILIZATION, build_launch_spec, container_name, hf_cache_layout,
-                           missing_elements)
+from onegpu.engine.launch import GPU_UTILIZATION, build_launch_spec, container_name, hf_cache_layout, missing_elements
 from onegpu.plan.settings import load_settings
 from tests_offline.engine_helpers import make_spec
 from tests_offline.launch_helpers import IMAGE, OWNER, UUID, docker_cli, settings, spec_for
 from tests_offline.paths import REPO_ROOT
+
 
 def test_command_is_vllm_serve_with_every_flag_of_the_plan():
     spec = spec_for()

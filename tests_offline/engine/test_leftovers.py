@@ -8,10 +8,23 @@ import uuid
 
 import pytest
 
-from onegpu.engine.launch import (KIT_LABEL, LABEL_OWNER_HOST, LABEL_OWNER_PID, LABEL_OWNER_PIDNS, LABEL_OWNER_START,
-                           owner_labels)
-from onegpu.engine.leftovers import (_proc_start_ticks, current_owner, describe, find_kit_containers, judge_owner,
-                              remove_dead_owner_containers, summary)
+from onegpu.engine.launch import (
+    KIT_LABEL,
+    LABEL_OWNER_HOST,
+    LABEL_OWNER_PID,
+    LABEL_OWNER_PIDNS,
+    LABEL_OWNER_START,
+    owner_labels,
+)
+from onegpu.engine.leftovers import (
+    _proc_start_ticks,
+    current_owner,
+    describe,
+    find_kit_containers,
+    judge_owner,
+    remove_dead_owner_containers,
+    summary,
+)
 from tests_offline.engine_helpers import make_spec
 
 ME = current_owner()

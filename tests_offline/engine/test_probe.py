@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from onegpu.engine.launch import LABEL_ROLE
 from onegpu.core.outcomes import Blocked
+from onegpu.engine.launch import LABEL_ROLE
 from onegpu.engine.probe import probe_create_kwargs, run_probe
 from onegpu.engine.probe_parse import PROBE_MARKER, describe, flags_in_help, judge_probe, parse_probe_output
 from tests_offline.engine_helpers import make_spec

@@ -6,9 +6,9 @@ import json
 import os
 import signal
 
-from onegpu.report import compare_cli
 from onegpu.evidence.receipt import JOURNAL, Receipt, apply_journal, read_receipt
 from onegpu.evidence.rundir import create_run_folder
+from onegpu.report import compare_cli
 
 HEADER = {"kit": {"name": "onegpu"}, "kind": "scan"}
 

@@ -7,11 +7,16 @@ import socket
 
 import pytest
 
+from onegpu.core.outcomes import Blocked
 from onegpu.machine import checks
 from onegpu.machine.docker_facts import (
-    cdi_devices_from_specs, docker_facts_from_info, endpoint_from_env, is_remote, read_docker_facts, unreachable,
+    cdi_devices_from_specs,
+    docker_facts_from_info,
+    endpoint_from_env,
+    is_remote,
+    read_docker_facts,
+    unreachable,
 )
-from onegpu.core.outcomes import Blocked
 from tests_offline.docker_required import require_docker
 
 LOCAL = "unix:///var/run/docker.sock"

@@ -8,7 +8,11 @@ from msgspec import structs
 
 from onegpu.core.outcomes import Blocked
 from onegpu.machine.gpu_set import (
-    describe_links, describe_p2p_preconditions, require_idle_set, require_peer_access, require_whole_cards,
+    describe_links,
+    describe_p2p_preconditions,
+    require_idle_set,
+    require_peer_access,
+    require_whole_cards,
     select_gpu_set,
 )
 from onegpu.machine.model import CgroupFacts, GpuDevice, GpuFacts, GpuLink, GpuProcess, HostFacts, IommuFacts

@@ -11,8 +11,17 @@ import psutil
 import pytest
 
 from onegpu.machine.host import (
-    UNLIMITED_AT, disk_facts, parse_cpu_list, parse_iommu_cmdline, parse_limit, parse_meminfo, parse_memlock,
-    parse_thp, read_cgroup, read_host_facts, read_iommu,
+    UNLIMITED_AT,
+    disk_facts,
+    parse_cpu_list,
+    parse_iommu_cmdline,
+    parse_limit,
+    parse_meminfo,
+    parse_memlock,
+    parse_thp,
+    read_cgroup,
+    read_host_facts,
+    read_iommu,
 )
 from onegpu.machine.model import IommuFacts
 

@@ -18,14 +18,18 @@ import json
 import pynvml
 import pytest
 
-from onegpu.machine import checks
-from onegpu.machine import gpu_set
-from onegpu.machine.model import GpuFacts, GpuLink
 from onegpu.core.jsonable import from_json, to_json
-from onegpu.machine.nvml import (
-    P2P_STATUSES, TOPOLOGY_LEVELS, cuda_version_text, gpu_facts_from_raw, read_gpu_facts, read_raw,
-)
 from onegpu.core.outcomes import Blocked
+from onegpu.machine import checks, gpu_set
+from onegpu.machine.model import GpuFacts, GpuLink
+from onegpu.machine.nvml import (
+    P2P_STATUSES,
+    TOPOLOGY_LEVELS,
+    cuda_version_text,
+    gpu_facts_from_raw,
+    read_gpu_facts,
+    read_raw,
+)
 from tests_offline.paths import DATA
 
 DATA = DATA / "nvml"

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from onegpu.core.jsonable import FactsFormatError, from_json
+from onegpu.core.outcomes import Blocked
 from onegpu.machine import checks, gpu_set
 from onegpu.machine.hardware import replay
 from onegpu.machine.model import SCHEMA, GpuFacts, facts_from_json, facts_to_json, load_profile
-from onegpu.core.jsonable import FactsFormatError, from_json
-from onegpu.core.outcomes import Blocked
 from tests_offline.paths import DATA, PROFILES, REPO_ROOT
 
 MiB, GiB = 2**20, 2**30

@@ -12,8 +12,8 @@ import pynvml
 import pytest
 
 from onegpu.machine.nvml import read_raw
-from tests_offline.paths import REPO_ROOT
 from tests_offline.docker_required import require_docker
+from tests_offline.paths import REPO_ROOT
 
 HOST_FACTS = ("test_host_ram_is_known", "test_cgroup_limits_are_read", "test_memlock_and_hugepages_are_read",
               "test_usable_cpus_are_counted", "test_run_folder_has_free_disk")

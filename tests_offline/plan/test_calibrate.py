@@ -13,13 +13,13 @@ import shutil
 
 import pytest
 
-from onegpu.plan import calibrate
-from onegpu.fixtures.insight import load_run
-from onegpu.plan.settings import parse_settings
-from tests_offline.paths import DATA, PROFILES, REPO_ROOT
-from devkit.synth import SYNTHETIC_METADATA, write_checkpoint
 from devkit.e2e.harness import LLAMA, llama_tensors
+from devkit.synth import SYNTHETIC_METADATA, write_checkpoint
+from onegpu.fixtures.insight import load_run
+from onegpu.plan import calibrate
+from onegpu.plan.settings import parse_settings
 from tests_offline.nvml_double import nvml_sample
+from tests_offline.paths import DATA, PROFILES, REPO_ROOT
 
 GIB, MIB = 2**30, 2**20
 RUNS = DATA / "runs"

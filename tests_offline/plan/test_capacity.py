@@ -3,16 +3,23 @@ import math
 
 import pytest
 
-from onegpu.plan.capacity import CHECKS, GPU_CHECKS, capacity_table, capacity_verdicts, table_title
+from devkit.synth import write_checkpoint
+from onegpu.checkpoint.model import QuantFacts
 from onegpu.checkpoint.scan import read_checkpoint
+from onegpu.plan.capacity import CHECKS, GPU_CHECKS, capacity_table, capacity_verdicts, table_title
+from onegpu.plan.kvcache import kv_cache_estimate
 from onegpu.plan.offload import engine_layout, offload_plan
 from onegpu.plan.offload_rules import RULES, rules_json
 from onegpu.plan.vllm_versions import DECLARED, accounting_for, assumed_newest
-from onegpu.checkpoint.model import QuantFacts
-from onegpu.plan.kvcache import kv_cache_estimate
-from tests_offline.capacity_facts import (LLAMA_CONFIG, checkpoint_facts, gpu_device, host, layers_table, settings_with,
-                                          with_pinning)
-from devkit.synth import write_checkpoint
+from tests_offline.capacity_facts import (
+    LLAMA_CONFIG,
+    checkpoint_facts,
+    gpu_device,
+    host,
+    layers_table,
+    settings_with,
+    with_pinning,
+)
 
 GIB, MIB, KIB = 2**30, 2**20, 2**10
 

@@ -9,8 +9,16 @@ import pytest
 from msgspec import structs
 
 from onegpu.plan.capacity import kit_plan
-from onegpu.plan.ceiling import (LinkBytes, Link, ceilings, link_bytes, link_from_gpu, nominal_gbps,
-                                 prefill_seconds, routing_of)
+from onegpu.plan.ceiling import (
+    Link,
+    LinkBytes,
+    ceilings,
+    link_bytes,
+    link_from_gpu,
+    nominal_gbps,
+    prefill_seconds,
+    routing_of,
+)
 from onegpu.plan.ceiling_record import ceiling_lines, ceiling_record, measured_against, measured_lines
 from tests_offline.capacity_facts import LLAMA_CONFIG, checkpoint_facts, gpu_device
 

@@ -7,21 +7,28 @@ tests_offline/data/runs/stub-ready-8k comes from a real approval against the stu
 """
 from __future__ import annotations
 
-import math
 import json
+import math
 import shutil
 
 import pytest
 
+from devkit.e2e.harness import finish, make_project, receipt_of, session
+from devkit.synth import SYNTHETIC_METADATA, write_checkpoint
 from onegpu.plan.capacity import capacity_verdicts
 from onegpu.plan.kvcache import kv_cache_estimate
 from onegpu.plan.landing import landing_lines, landing_record, projection_from_plan
-from tests_offline.paths import DATA, PROFILES, REPO_ROOT
-from devkit.synth import SYNTHETIC_METADATA, write_checkpoint
-from devkit.e2e.harness import finish, make_project, receipt_of, session
+from tests_offline.capacity_facts import (
+    LLAMA_CONFIG,
+    checkpoint_facts,
+    gpu_device,
+    host,
+    layers_table,
+    settings_with,
+    with_pinning,
+)
 from tests_offline.nvml_double import ENGINE_CONFTEST, nvml_sample
-from tests_offline.capacity_facts import (LLAMA_CONFIG, checkpoint_facts, gpu_device, host, layers_table, settings_with,
-                                          with_pinning)
+from tests_offline.paths import DATA, PROFILES, REPO_ROOT
 
 GIB = 2**30
 RECORDED = DATA / "runs" / "stub-ready-8k"

@@ -5,8 +5,8 @@ warmup: ..." and :537 "Extended KV cache to %d blocks (%.2f GiB)."; format_gib i
 plan's figures come from the kit's capacity verdicts of a real estimate, so a wrong bytes-per-block shows."""
 import math
 
-from onegpu.engine.bootlog import parse_boot_log
 from onegpu.core.jsonable import to_json
+from onegpu.engine.bootlog import parse_boot_log
 from onegpu.plan.capacity import capacity_verdicts
 from onegpu.plan.kvcache import kv_cache_estimate
 from onegpu.plan.landing import landing_lines, landing_record, projection_from_plan

@@ -8,8 +8,15 @@ import shutil
 
 import pytest
 
-from onegpu.plan.operator_score import (LABEL, SCHEMA, OperatorScoreError, describe, load_operator_score,
-                                   parse_operator_score, receipt_section)
+from onegpu.plan.operator_score import (
+    LABEL,
+    SCHEMA,
+    OperatorScoreError,
+    describe,
+    load_operator_score,
+    parse_operator_score,
+    receipt_section,
+)
 from tests_offline.paths import REPO_ROOT
 
 SCORE = {"schema": SCHEMA, "benchmark": "gsm8k / test", "metric": "exact_match, strict", "value": 0.8731,

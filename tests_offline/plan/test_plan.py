@@ -9,15 +9,24 @@ import stat
 
 import pytest
 
+from devkit.synth import SYNTHETIC_METADATA, write_checkpoint
+from onegpu.core.outcomes import Blocked
+from onegpu.engine.image import ImageFacts
+from onegpu.plan.approved import (
+    PLAN_SCHEMA,
+    PlanFileError,
+    describe_settings,
+    load_plan,
+    plan_bytes,
+    plan_changes,
+    plan_digest,
+    plan_document,
+    require_same_plan,
+)
 from onegpu.plan.capacity import CHECKS, table_title
 from onegpu.plan.vllm_versions import assumed_newest
-from onegpu.engine.image import ImageFacts
-from onegpu.core.outcomes import Blocked
-from onegpu.plan.approved import (PLAN_SCHEMA, PlanFileError, describe_settings, load_plan, plan_bytes, plan_changes,
-                         plan_digest, plan_document, require_same_plan)
 from tests_offline.capacity_facts import checkpoint_facts, layers_table, settings_with
 from tests_offline.paths import PROFILES, REPO_ROOT
-from devkit.synth import SYNTHETIC_METADATA, write_checkpoint
 
 GIB = 2**30
 RESEARCH_PROFILE = PROFILES / "research-target-rtx-pro-6000-96gb.json"

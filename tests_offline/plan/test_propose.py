@@ -10,16 +10,24 @@ import stat
 
 import pytest
 
-from onegpu.plan.capacity import capacity_verdicts
-from onegpu.plan.calibrate import Calibration
-from onegpu.plan.kvcache import kv_cache_estimate
+from devkit.synth import SYNTHETIC_METADATA, write_checkpoint
 from onegpu.core.outcomes import Blocked
-from onegpu.plan.propose import (NOT_SETTINGS, PROPOSAL_SCHEMA, REQUEST_SCHEMA, outcome_lines, parse_request, propose,
-                            proposal_document, proposal_table)
+from onegpu.plan.calibrate import Calibration
+from onegpu.plan.capacity import capacity_verdicts
+from onegpu.plan.kvcache import kv_cache_estimate
+from onegpu.plan.propose import (
+    NOT_SETTINGS,
+    PROPOSAL_SCHEMA,
+    REQUEST_SCHEMA,
+    outcome_lines,
+    parse_request,
+    proposal_document,
+    proposal_table,
+    propose,
+)
 from onegpu.plan.settings import SettingsError, load_settings, parse_settings
 from tests_offline.capacity_facts import LLAMA_CONFIG, checkpoint_facts, gpu_device, host, layers_table
 from tests_offline.paths import PROFILES, REPO_ROOT
-from devkit.synth import SYNTHETIC_METADATA, write_checkpoint
 
 GIB = 2**30
 RESEARCH_PROFILE = PROFILES / "research-target-rtx-pro-6000-96gb.json"

@@ -10,9 +10,9 @@ import json
 import pytest
 
 from onegpu.core import strict_json
+from onegpu.plan.settings import ASSUMED_DEFAULTS, LEGACY_SCHEMA, OWN_SCHEMA, Settings, load_settings
 from tests_offline.paths import REPO_ROOT
 from tests_offline.settings_docs import LEGACY_EXAMPLE, OWN_FULL, OWN_MINIMAL, REVISION, errors_of, legacy_filled, write
-from onegpu.plan.settings import ASSUMED_DEFAULTS, LEGACY_SCHEMA, OWN_SCHEMA, Settings, load_settings
 
 # --- the earlier kit's schema ------------------------------------------------------------------------------
 

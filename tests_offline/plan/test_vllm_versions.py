@@ -6,10 +6,20 @@ import pytest
 
 from onegpu.core.outcomes import Blocked
 from onegpu.evidence.receipt import SCHEMA
+from onegpu.plan.vllm_versions import (
+    ASSUMED,
+    DECLARED,
+    PROBED,
+    RECORDED,
+    VERSION_RULES,
+    accounting_for,
+    accounting_from_record,
+    choose_accounting,
+    describe_accounting,
+    probed_against_plan,
+    series_of,
+)
 from onegpu.report.run_reader import recorded_vllm_version
-from onegpu.plan.vllm_versions import (ASSUMED, DECLARED, PROBED, RECORDED, VERSION_RULES, accounting_for,
-                                       accounting_from_record, choose_accounting, describe_accounting,
-                                       probed_against_plan, series_of)
 
 
 @pytest.mark.parametrize("text, series", [("0.34.0", "0.34"), ("v0.34.1", "0.34"), ("0.32.0+cpu", "0.32"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+
 from tests_offline.paths import REPO_ROOT
 
 REPO = REPO_ROOT

@@ -129,6 +129,7 @@ def test_installed_wheel_runs_a_scan_session_and_the_console_script(installed_ki
     where = subprocess.run([str(installed_kit / "bin/python"), "-c", "import onegpu; print(onegpu.__file__)"],
                            cwd=project, env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert where.startswith(str(installed_kit)), where  # the wheel's copy, not this source tree
+    assert (Path(where).parent / "py.typed").is_file()  # its types reach a project that imports it (PEP 561)
     done = subprocess.run([str(installed_kit / "bin/python"), "-m", "pytest", "-m", "scan", "-q", "--out=runs/scan"], cwd=project, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
     receipt = json.loads((project / "runs/scan/receipt.json").read_text())

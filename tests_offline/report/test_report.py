@@ -21,11 +21,10 @@ from pathlib import Path
 import pytest
 
 from onegpu.core.outcomes import ADVICE, CODES
-
 from onegpu.report.summary import REVIEW_LINE, TITLE, sections
 from onegpu.report.svg import memory_plot, series, thin
-from tests_offline.report_sessions import HOSTILE, MODEL, kit_sections, partial_receipt
 from tests_offline.paths import REPO_ROOT
+from tests_offline.report_sessions import HOSTILE, MODEL, kit_sections, partial_receipt
 
 REPO = REPO_ROOT
 
@@ -167,8 +166,8 @@ def test_a_boot_failure_shows_its_code_and_the_escaped_log_tail(real_runs):
 
 def test_replayed_and_synthetic_banners_are_on_top(tmp_path):
     """A replayed scan of the shipped research profile with a synthetic checkpoint, in-process."""
-    from devkit.synth import SYNTHETIC_METADATA, write_checkpoint
     from devkit.e2e.harness import LLAMA, llama_tensors
+    from devkit.synth import SYNTHETIC_METADATA, write_checkpoint
 
     ckpt = write_checkpoint(tmp_path / "ckpt", LLAMA, llama_tensors(), shards=1, metadata=SYNTHETIC_METADATA)
     settings = {"schema": "onegpu/settings@1", "model_id": MODEL, "model_revision": "e" * 40,

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from devkit.request_corpus import CONTEXT, MODEL, chat_line, completion_line, jsonl
 from onegpu.requests import batch
 from onegpu.requests.batch_summary import not_answered, summarize, summary_lines, unaccounted
 from onegpu.requests.requests_file import parse_request_bytes
-from devkit.request_corpus import CONTEXT, MODEL, chat_line, completion_line, jsonl
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from devkit.request_corpus import CONTEXT, MODEL, chat_line, jsonl
 from onegpu.requests import batch
 from onegpu.requests.batch_summary import summarize
 from onegpu.requests.requests_file import parse_request_bytes
-from devkit.request_corpus import CONTEXT, MODEL, chat_line, jsonl
-from tests_offline.stub_container import stub_engine
 from tests_offline.paths import REPO_ROOT
+from tests_offline.stub_container import stub_engine
 
 REPO = REPO_ROOT
 

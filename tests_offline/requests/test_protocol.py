@@ -6,9 +6,8 @@ import json
 
 import pytest
 
+from devkit.request_corpus import BAD_PROTOCOLS, CONTEXT, REQUESTS_SHA256, legacy_protocol, own_protocol
 from onegpu.requests import protocol as pb
-from devkit.request_corpus import (BAD_PROTOCOLS, CONTEXT, REQUESTS_SHA256, legacy_protocol,
-                                          own_protocol)
 from tests_offline.paths import DATA
 
 COMPAT = DATA / "compat"

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from devkit.request_corpus import BAD_REQUEST_FILES, CONTEXT, GOOD, MAX_REQUESTS, MODEL, chat_line, jsonl
 from onegpu.requests import requests_file as rf
-from devkit.request_corpus import (BAD_REQUEST_FILES, CONTEXT, GOOD, MAX_REQUESTS, MODEL, chat_line,
-                                          jsonl)
 from tests_offline.paths import DATA, REPO_ROOT
 
 COMPAT = DATA / "compat"

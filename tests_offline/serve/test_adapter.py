@@ -16,11 +16,11 @@ import time
 
 import pytest
 
+from onegpu.core.uds_http import uds_request
 from onegpu.serve import http_rules as rules
 from onegpu.serve.adapter import AdapterLimits
 from onegpu.serve.thread import AdapterThread
 from onegpu.serve.transport_log import read_entries, summarize
-from onegpu.core.uds_http import uds_request
 from tests_offline.adapter_helpers import LIMITS, completion_body
 from tests_offline.fake_engine import KEY, call, raw_exchange
 

@@ -14,12 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from devkit.stub_serving import stub_serving
 from onegpu.serve.adapter import AdapterLimits
 from onegpu.serve.http_rules import MAX_BODY_BYTES
 from onegpu.serve.thread import AdapterThread
 from onegpu.serve.transport_log import read_entries
 from tests_offline.fake_engine import KEY, call, raw_exchange
-from devkit.stub_serving import stub_serving
 
 LIMITS = AdapterLimits(header_timeout_s=0.5, idle_timeout_s=1.0, body_timeout_s=0.5, upstream_timeout_s=30)
 STUB_ENV = {"STUB_RESPONSE_DELAY_S": 1.0, "STUB_TOKEN_DELAY_S": 0.2, "STUB_ANSWER_TOKENS": 50}

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from onegpu.serve.window import ServeWindow
+from devkit.stub_serving import stub_serving
 from onegpu.serve.transport_log import read_entries
+from onegpu.serve.window import ServeWindow
 from tests_offline.docker_required import skip_unless_ci
 from tests_offline.lm_eval_driver import DATA, run_lm_eval
-from devkit.stub_serving import stub_serving
 
 STUB_ENV = {"STUB_TOKEN_DELAY_S": 0.05, "STUB_ANSWER_TOKENS": 64}
 DIGEST = re.compile(r"sha256=([0-9a-f]{64})")

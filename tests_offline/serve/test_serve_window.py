@@ -16,8 +16,16 @@ import time
 import pytest
 
 from onegpu.core.outcomes import Blocked
-from onegpu.serve.window import (STOP_FILE, ConnectionFile, ServeWindow, StateError, WindowNotReady, close_reason,
-                                 hold_open, next_state)
+from onegpu.serve.window import (
+    STOP_FILE,
+    ConnectionFile,
+    ServeWindow,
+    StateError,
+    WindowNotReady,
+    close_reason,
+    hold_open,
+    next_state,
+)
 from tests_offline.fake_engine import FakeEngine, call
 from tests_offline.paths import REPO_ROOT
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 
-from onegpu.session.backstop import HASHING_FLOOR_BYTES_PER_S, SLACK_S, backstop_s, checkpoint_bytes
-from onegpu.plan.settings import load_settings
 from devkit.synth import write_checkpoint
+from onegpu.plan.settings import load_settings
+from onegpu.session.backstop import HASHING_FLOOR_BYTES_PER_S, SLACK_S, backstop_s, checkpoint_bytes
 
 SETTINGS = {"schema": "onegpu/settings@1", "model_id": "org/tiny", "model_revision": "a" * 40, "image": "img:v1",
             "gpu": 0, "context_tokens": 4096, "prefill_chunk_tokens": 512, "cpu_offload_gib": 0,

@@ -31,11 +31,11 @@ from pathlib import Path
 
 import pytest
 
+from devkit.real_engine.build import CONSTRAINTS
+from devkit.real_engine.python_env import VLLM_VERSION, read_pins
 from onegpu.plan.kvcache import kv_cache_estimate
 from tests_offline.image_runs import run_in_image
 from tests_offline.paths import REPO_ROOT
-from devkit.real_engine.build import CONSTRAINTS
-from devkit.real_engine.python_env import VLLM_VERSION, read_pins
 
 EXAMPLES = REPO_ROOT / "examples"
 CONFIGS = {"flash": EXAMPLES / "configs" / "MiMo-V2.6-Flash.config.json",

@@ -40,19 +40,18 @@ is shown without an engine, and the three sessions of the batch share one projec
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import html
 import json
 import shutil
 import struct
 from pathlib import Path
+from typing import Any, Mapping
 
 import pytest
 
+from devkit.e2e.harness import add_batch, finish, make_project, receipt_of, session, wait_for
 from onegpu.engine.launch import LABEL_ROLE, SOCKET_MOUNT
 from onegpu.evidence.receipt import read_receipt
-from devkit.e2e.harness import add_batch, finish, make_project, receipt_of, session, wait_for
 
 SESSION_TIMEOUT_S = 900
 MODEL = "qwen3-moe"

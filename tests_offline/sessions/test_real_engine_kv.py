@@ -17,10 +17,10 @@ import time
 
 import pytest
 
+from devkit.real_engine import tiny_models
 from onegpu.plan.kvcache import KvEstimate, kv_cache_estimate
 from onegpu.plan.vllm_versions import DECLARED, accounting_for
 from tests_offline.image_runs import run_ok
-from devkit.real_engine import tiny_models
 from tests_offline.paths import REPO_ROOT
 
 ROOT = REPO_ROOT

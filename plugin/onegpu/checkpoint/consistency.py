@@ -14,12 +14,12 @@ import fnmatch
 import re
 from itertools import compress
 
-from packaging.version import InvalidVersion, Version
 from msgspec import Struct, field
+from packaging.version import InvalidVersion, Version
 
-from onegpu.core.kv_dtypes import KV_DTYPES
 from onegpu.checkpoint.tensor_roles import collapse_experts
 from onegpu.core.jsonable import to_json
+from onegpu.core.kv_dtypes import KV_DTYPES
 
 MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers", "mtp_num_layers")
 # Name parts that carry draft-layer weights: `model.mtp.layers.N.` (MiMo V2, Qwen3-Next), `model.mtp_layers.N.`

@@ -12,8 +12,8 @@ from pathlib import Path, PurePosixPath
 
 from msgspec import Struct, field
 
-from onegpu.core import strict_json
 from onegpu.checkpoint.files import cache_layout
+from onegpu.core import strict_json
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _BLOB = re.compile(r"^blobs/([0-9a-f]{64}|[0-9a-f]{40})$")

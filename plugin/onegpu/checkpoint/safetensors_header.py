@@ -17,7 +17,8 @@ from msgspec import Struct, field
 from onegpu.checkpoint.safetensors_bulk import check_bulk
 from onegpu.checkpoint.safetensors_format import DTYPE_BITS, MAX_COUNT, MAX_HEADER_BYTES, METADATA_KEY  # noqa: F401 (re-exported)
 from onegpu.core.shown import cut
-from onegpu.core.strict_json import NOT_PROVEN, StrictJSONError, loads as strict_loads, loads_proven
+from onegpu.core.strict_json import NOT_PROVEN, StrictJSONError, loads_proven
+from onegpu.core.strict_json import loads as strict_loads
 
 _ENTRY_KEYS = frozenset(("dtype", "shape", "data_offsets"))
 _LENGTH = struct.Struct("<Q")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import gc
 import os
 import shutil
-from contextlib import contextmanager
 from array import array
+from contextlib import contextmanager
 from itertools import accumulate, chain, compress, repeat
 from math import prod
 from operator import not_, sub
@@ -19,14 +19,14 @@ from pathlib import Path
 from msgspec.structs import replace
 
 from onegpu.checkpoint.files import cache_layout, list_files, normal_name, shard_name_problem
-from onegpu.checkpoint.model import ROLES, SYNTHETIC_METADATA_KEY, CheckpointFacts, ShardFacts, TensorTable
 from onegpu.checkpoint.index_bulk import decode_index
-from onegpu.core.outcomes import Blocked
-from onegpu.core.units import gib
+from onegpu.checkpoint.model import ROLES, SYNTHETIC_METADATA_KEY, CheckpointFacts, ShardFacts, TensorTable
 from onegpu.checkpoint.quant_config import quant_facts
 from onegpu.checkpoint.safetensors_header import HeaderError, ShardHeader, brief, decode_json, read_header
-from onegpu.core.shown import cut
 from onegpu.checkpoint.tensor_roles import collapse_experts, layer_index, packed_rows, tensor_role
+from onegpu.core.outcomes import Blocked
+from onegpu.core.shown import cut
+from onegpu.core.units import gib
 
 CONFIG_NAME = "config.json"
 INDEX_NAME = "model.safetensors.index.json"

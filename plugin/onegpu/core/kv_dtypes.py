@@ -20,7 +20,6 @@ from __future__ import annotations
 from msgspec import Struct
 
 
-
 class KvDtype(Struct, frozen=True):
     name: str
     element_bytes: int | None  # None: "auto", the model's own dtype

@@ -9,11 +9,21 @@ from pathlib import Path
 from msgspec import Struct
 
 from onegpu.checkpoint.hf_cache_auth import Layout, PublisherHashes, authenticate, detect_layout, revision_problem
-from onegpu.custody.manifest import (Digest, Report, build_manifest, buffer_bytes_for, git_sha1_wanted, hash_files,
-                       manifest_entries, stat_differences, walk_checkpoint, write_manifest)
-from onegpu.custody.page_cache import PAGE_CACHE_RULE, plan_page_cache
 from onegpu.core.outcomes import Blocked
 from onegpu.core.units import gib
+from onegpu.custody.manifest import (
+    Digest,
+    Report,
+    buffer_bytes_for,
+    build_manifest,
+    git_sha1_wanted,
+    hash_files,
+    manifest_entries,
+    stat_differences,
+    walk_checkpoint,
+    write_manifest,
+)
+from onegpu.custody.page_cache import PAGE_CACHE_RULE, plan_page_cache
 
 REUSE_STATEMENT = "STAT-MATCHED, NOT RE-HASHED"
 

@@ -20,9 +20,9 @@ from typing import Callable
 
 from msgspec import Struct
 
-from onegpu.core import strict_json
 from onegpu.checkpoint.files import cache_layout, list_files
 from onegpu.checkpoint.hf_cache_auth import Layout, content_address, git_blob_header
+from onegpu.core import strict_json
 from onegpu.core.outcomes import Blocked
 from onegpu.core.units import MIB, gib
 from onegpu.custody.page_cache import CachePlan, plan_page_cache

@@ -17,19 +17,19 @@ from typing import Any, Callable
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from msgspec import Struct
 
+from onegpu.core.jsonable import to_json
+from onegpu.core.outcomes import Blocked
+from onegpu.core.uds_http import uds_request
+from onegpu.core.units import gib
 from onegpu.engine.bootlog import BootFacts, Failure, death_in_log, explain_failure, parse_boot_log
-from onegpu.engine.watch import LogPump, OomWatch, last_line
 from onegpu.engine.interrupts import GUARD
 from onegpu.engine.launch import LABEL_OWNER_PID, LABEL_RUN_ID, LaunchSpec
-from onegpu.core.outcomes import Blocked
-from onegpu.core.units import gib
 from onegpu.engine.probe import gpu_handoff_refused
 from onegpu.engine.reaper import Reaper
+from onegpu.engine.sampler import Sampler
+from onegpu.engine.watch import LogPump, OomWatch, last_line
 from onegpu.evidence.receipt import now_iso
 from onegpu.evidence.rundir import write_private
-from onegpu.engine.sampler import Sampler
-from onegpu.core.uds_http import uds_request
-from onegpu.core.jsonable import to_json
 
 STOP_TIMEOUT_S = 30  # vLLM shuts down in seconds on SIGTERM; SIGKILL after this
 POLL_S = 0.25

@@ -12,9 +12,9 @@ from pathlib import PurePosixPath
 
 from msgspec import Struct, field
 
-from onegpu.plan.capacity import GPU_UTILIZATION  # one number: what the verdicts assume is what the engine gets
-from onegpu.core.units import GIB, gib
 from onegpu.core.jsonable import to_json
+from onegpu.core.units import GIB, gib
+from onegpu.plan.capacity import GPU_UTILIZATION  # one number: what the verdicts assume is what the engine gets
 
 MODEL_MOUNT = "/model"  # a plain checkpoint folder, read-only
 MODEL_REPO_MOUNT = "/model-repo"  # a Hugging Face cache repo folder (models--ORG--NAME), read-only

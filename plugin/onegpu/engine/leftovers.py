@@ -8,8 +8,16 @@ from pathlib import Path
 
 from msgspec import Struct
 
-from onegpu.engine.launch import (KIT_LABEL, LABEL_OWNER_HOST, LABEL_OWNER_PID, LABEL_OWNER_PIDNS, LABEL_OWNER_START,
-                     LABEL_ROLE, LABEL_RUN_ID, Owner)
+from onegpu.engine.launch import (
+    KIT_LABEL,
+    LABEL_OWNER_HOST,
+    LABEL_OWNER_PID,
+    LABEL_OWNER_PIDNS,
+    LABEL_OWNER_START,
+    LABEL_ROLE,
+    LABEL_RUN_ID,
+    Owner,
+)
 
 STOP_TIMEOUT_S = 10
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import requests
 from docker.errors import APIError, NotFound
 
-from onegpu.engine.launch import LABEL_ROLE, LaunchSpec
-from onegpu.core.outcomes import Blocked
-from onegpu.engine.probe_parse import ProbeFacts, judge_probe, parse_probe_output
 from onegpu.core.jsonable import to_json
+from onegpu.core.outcomes import Blocked
+from onegpu.engine.launch import LABEL_ROLE, LaunchSpec
+from onegpu.engine.probe_parse import ProbeFacts, judge_probe, parse_probe_output
 
 PROBE_TIMEOUT_S = 300  # importing vLLM and building its parser takes seconds to a minute on real images
 

@@ -11,8 +11,8 @@ import re
 from msgspec import Struct, field
 
 from onegpu.core.outcomes import Blocked
-
-from onegpu.engine.probe_script import MARKER as PROBE_MARKER, NO_DEVICE  # the in-image script's own words
+from onegpu.engine.probe_script import MARKER as PROBE_MARKER  # the in-image script's own words
+from onegpu.engine.probe_script import NO_DEVICE
 
 # argparse's refusals, as vLLM's `vllm` command prints them (recorded: tests_offline/data/engine_logs/
 # fail-unknown-flag.log; a public log: tests_offline/data/gpu_logs/fail-bad-flag-invalid-choice-load-format.log).

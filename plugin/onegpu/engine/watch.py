@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from onegpu.engine.cgroup import find_container_cgroup, oom_kill_count
+from onegpu.engine.cgroup import CgroupDir, find_container_cgroup, oom_kill_count
 from onegpu.evidence.rundir import open_private_append
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # vLLM colours its log prefixes on a terminal
@@ -87,13 +87,14 @@ class OomWatch:
         self.cgroup = find_container_cgroup(self.container.id, pid)
         if self.cgroup is not None:
             self.first = self.last = oom_kill_count(self.cgroup)
-            self._thread = threading.Thread(target=self._run, name="onegpu-oom-watch", daemon=True)
+            self._thread = threading.Thread(target=self._run, args=(self.cgroup,), name="onegpu-oom-watch",
+                                            daemon=True)
             self._thread.start()
         return self
 
-    def _run(self) -> None:
+    def _run(self, cgroup: CgroupDir) -> None:
         while not self._stop.wait(OOM_POLL_S):
-            value = oom_kill_count(self.cgroup)
+            value = oom_kill_count(cgroup)
             if value is None:
                 return  # the cgroup is gone: the container exited
             self.last = value

@@ -15,7 +15,7 @@ The schema's name stays onegpu/receipt@1: declaring it changed no field of the f
 from __future__ import annotations
 
 from types import UnionType
-from typing import Any, Union, TypedDict, get_args, get_origin, get_type_hints, is_typeddict
+from typing import Any, TypedDict, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 SCHEMA = "onegpu/receipt@1"
 

@@ -1,9 +1,9 @@
 """Pure: machine facts -> Blocked or a line a person can read. One function per fact of KIT.md 3.1."""
 from __future__ import annotations
 
-from onegpu.machine.model import DockerFacts, GpuDevice, GpuFacts, HostFacts
 from onegpu.core.outcomes import Blocked
 from onegpu.core.units import GIB, gib, size_text
+from onegpu.machine.model import DockerFacts, GpuDevice, GpuFacts, HostFacts
 
 
 def require_driver(gpu: GpuFacts) -> str:

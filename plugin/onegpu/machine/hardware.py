@@ -6,11 +6,11 @@ from pathlib import Path
 
 from msgspec import structs
 
-from onegpu.machine.docker_facts import read_docker_facts
-from onegpu.machine.model import SCHEMA, HardwareFacts, load_profile
-from onegpu.machine.host import read_host_facts
-from onegpu.machine.nvml import read_gpu_facts
 from onegpu.core.units import GIB
+from onegpu.machine.docker_facts import read_docker_facts
+from onegpu.machine.host import read_host_facts
+from onegpu.machine.model import SCHEMA, HardwareFacts, load_profile
+from onegpu.machine.nvml import read_gpu_facts
 
 
 def read_live(disks: list[tuple[str, Path]]) -> HardwareFacts:

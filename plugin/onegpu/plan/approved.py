@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 
 from onegpu.core.jsonable import to_json
-from onegpu.machine.checks import select_gpu
 from onegpu.core.outcomes import Blocked
+from onegpu.machine.checks import select_gpu
 from onegpu.plan.settings import settings_values
 
 PLAN_SCHEMA = "onegpu/plan@1"

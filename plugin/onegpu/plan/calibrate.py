@@ -17,9 +17,9 @@ from typing import cast
 
 from msgspec import Struct, field
 
+from onegpu.core.jsonable import to_json
 from onegpu.core.units import GIB, MIB, gib
 from onegpu.evidence.receipt_schema import ReceiptData
-from onegpu.core.jsonable import to_json
 
 RECEIPT_SCHEMA = "onegpu/receipt@1"
 DEFAULT_UTILIZATION = 0.85  # the kit's fixed --gpu-memory-utilization, used when the run's argv does not say

@@ -15,16 +15,20 @@ from itertools import compress
 from msgspec.structs import replace
 
 from onegpu.checkpoint.model import CheckpointFacts
+from onegpu.checkpoint.towers import has_towers  # the tower sections of config.json, as the launch reads them
+from onegpu.core.units import GIB, gib
 from onegpu.machine.model import GpuDevice, HostFacts
-from onegpu.plan.kvcache import KvEstimate
 from onegpu.plan.kv_sizing import GPU_UTILIZATION, KvBudget, budget_text, kv_budget
+from onegpu.plan.kvcache import KvEstimate
 from onegpu.plan.offload import OffloadPlan, offload_plan, where_lines
 from onegpu.plan.offload_rules import RULES
-from onegpu.plan.repack import NONE as NO_REPIN, RepinCost, repack_verdict, repin_cost, repin_short
-from onegpu.plan.verdict import Verdict, blocked as _blocked, ok as _ok, unknown as _unknown
+from onegpu.plan.repack import NONE as NO_REPIN
+from onegpu.plan.repack import RepinCost, repack_verdict, repin_cost, repin_short
+from onegpu.plan.verdict import Verdict
+from onegpu.plan.verdict import blocked as _blocked
+from onegpu.plan.verdict import ok as _ok
+from onegpu.plan.verdict import unknown as _unknown
 from onegpu.plan.vllm_versions import Accounting, VersionRules, assumed_newest
-from onegpu.core.units import GIB, gib
-from onegpu.checkpoint.towers import has_towers  # the tower sections of config.json, as the launch reads them
 
 # Named assumption: what the engine container needs for itself besides the offloaded weights (engine process,
 # tokenizer, CUDA host context, Python heap). Shown as ASSUMED wherever it is used.

@@ -13,9 +13,9 @@ from msgspec import Struct
 from msgspec.structs import replace
 
 from onegpu.core.kv_dtypes import KV_DTYPES
+from onegpu.core.units import GIB
 from onegpu.plan.kv_pool import KvPool, LayerSpec, kv_pool
 from onegpu.plan.vllm_versions import Accounting, assumed_newest
-from onegpu.core.units import GIB
 
 # --kv-cache-dtype values -> bytes per element, and those the DiffKV backends accept (kv_dtypes.py: one row each).
 KV_DTYPE_BYTES = {name: row.element_bytes for name, row in KV_DTYPES.items() if row.element_bytes is not None}

@@ -17,10 +17,9 @@ from __future__ import annotations
 from msgspec import Struct
 from msgspec.structs import replace
 
-from onegpu.core.units import GIB, gib
 from onegpu.core.jsonable import to_json
+from onegpu.core.units import GIB, gib
 from onegpu.plan.landing_kv import extensible_kv_check, extensible_lines
-
 
 
 class Projection(Struct, frozen=True):

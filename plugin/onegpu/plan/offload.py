@@ -16,11 +16,9 @@ from typing import Iterable
 
 from msgspec import Struct, field
 
-from onegpu.checkpoint.model import CheckpointFacts, TensorInfo
 from onegpu.checkpoint.consistency import _AUDIO_PARTS, _DRAFT_MODULES, _VISION_PARTS
+from onegpu.checkpoint.model import CheckpointFacts, TensorInfo
 from onegpu.core.units import gib
-
-PINNINGS = ("rounded", "exact")
 
 
 class EngineParam(Struct, frozen=True):

@@ -19,18 +19,45 @@ from onegpu.checkpoint.model import CheckpointFacts
 from onegpu.core.units import gib
 from onegpu.machine.model import GpuDevice, HostFacts
 from onegpu.plan import kvcache
-from onegpu.plan.capacity import (CONTAINER_OWN_NEEDS_BYTES, GPU_CHECKS, Verdict, _cgroup, _disk, _gib_bytes,
-                                  _gpu_budget, _gpu_free, _gpu_weights, _host_offload, _host_ram, _kv_cache, _blocked,
-                                  _quantization, _unknown, _weights, gpu_kv_budget, kit_plan, named, pinning_of)
-from onegpu.plan.repack import repack_verdict, repin_cost
-from onegpu.plan.vllm_versions import Accounting, assumed_newest
+from onegpu.plan.capacity import (
+    CONTAINER_OWN_NEEDS_BYTES,
+    GPU_CHECKS,
+    Verdict,
+    _blocked,
+    _cgroup,
+    _disk,
+    _gib_bytes,
+    _gpu_budget,
+    _gpu_free,
+    _gpu_weights,
+    _host_offload,
+    _host_ram,
+    _kv_cache,
+    _quantization,
+    _unknown,
+    _weights,
+    gpu_kv_budget,
+    kit_plan,
+    named,
+    pinning_of,
+)
 from onegpu.plan.kv_pool import KvPool, LayerSpec, kv_pool
 from onegpu.plan.kvcache import KvEstimate
 from onegpu.plan.offload import OffloadPlan, spans
 from onegpu.plan.parallel_rules import PARALLEL_RULES
-from onegpu.plan.rank_share import (RankLayout, RankPlace, layer_kinds, attention_dims, rank_layout, rank_place,
-                                    split_refusals, split_unplaced)
+from onegpu.plan.rank_share import (
+    RankLayout,
+    RankPlace,
+    attention_dims,
+    layer_kinds,
+    rank_layout,
+    rank_place,
+    split_refusals,
+    split_unplaced,
+)
+from onegpu.plan.repack import repack_verdict, repin_cost
 from onegpu.plan.settings import protocol_label
+from onegpu.plan.vllm_versions import Accounting, assumed_newest
 
 
 def rank_plans(ckpt: CheckpointFacts, tp: int, pp: int, budget_bytes: int, pinning: str = "rounded",

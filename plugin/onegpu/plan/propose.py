@@ -16,17 +16,17 @@ from types import SimpleNamespace
 from msgspec import Struct, field
 
 from onegpu.core import strict_json
+from onegpu.core.outcomes import Blocked
 from onegpu.core.shown import as_json
+from onegpu.core.units import GIB, gib
 from onegpu.plan.capacity import CONTAINER_OWN_NEEDS_BYTES, GPU_UTILIZATION, UNCONFIRMED, capacity_verdicts, kit_plan
 from onegpu.plan.ceiling import Link
 from onegpu.plan.ceiling_record import plan_ceiling, plan_ceiling_text
 from onegpu.plan.kv_sizing import kv_budget
-from onegpu.plan.vllm_versions import Accounting, assumed_newest
 from onegpu.plan.offload import engine_layout, where_lines
 from onegpu.plan.offload_rules import RULES
-from onegpu.core.outcomes import Blocked
-from onegpu.core.units import GIB, gib
 from onegpu.plan.settings import ASSUMED_DEFAULTS, OWN_FIELDS, SettingsError, check_field
+from onegpu.plan.vllm_versions import Accounting, assumed_newest
 
 REQUEST_SCHEMA = "onegpu/proposal-request@1"
 PROPOSAL_SCHEMA = "onegpu/settings-proposal@1"

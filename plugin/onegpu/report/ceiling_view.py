@@ -2,8 +2,8 @@
 measured set against them, in a table and as bars. A rate above its bound is shown as the contradiction it is."""
 from __future__ import annotations
 
-from onegpu.plan.ceiling_record import percent
 from onegpu.evidence.receipt_schema import ReceiptData
+from onegpu.plan.ceiling_record import percent
 from onegpu.report.parts import absent, e, section, table
 from onegpu.report.rates_svg import rates_plot
 

@@ -11,12 +11,12 @@ from typing import Mapping
 
 from msgspec import Struct, field
 
+from onegpu.core.outcomes import PHASES
+from onegpu.core.units import gib
+from onegpu.evidence.receipt_schema import PhaseEntry, ReceiptData
+from onegpu.evidence.verdicts import progress_words
 from onegpu.plan.ceiling_record import percent
 from onegpu.report.parts import multi_gpu_protocol
-from onegpu.core.units import gib
-from onegpu.core.outcomes import PHASES
-from onegpu.evidence.verdicts import progress_words
-from onegpu.evidence.receipt_schema import PhaseEntry, ReceiptData
 
 TIMINGS = ("hashing", "probe", "load", "canary", "batch", "serve")
 BOOT_FACTS = ("kv_cache_gib", "kv_cache_tokens", "max_concurrency", "concurrency_tokens", "load_gib", "load_s",

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from onegpu.core.outcomes import CODES
 from onegpu.core.units import gib
+from onegpu.evidence.receipt_schema import ReceiptData
 from onegpu.plan.propose import NOT_SETTINGS
 from onegpu.report.parts import absent, e, kv, num, section, table, text
-from onegpu.evidence.receipt_schema import ReceiptData
 
 OPERATOR = '<span class="og-operator">OPERATOR-SUPPLIED</span> '
 BUDGETS = ("cpu_offload_gib", "container_ram_gib", "host_headroom_gib", "gpu_reserve_gib", "free_floor_gib")

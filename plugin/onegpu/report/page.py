@@ -19,13 +19,13 @@ from pytest_html.selfcontained_report import SelfContainedReport
 from pytest_html.util import _process_css, _read_template
 from pytest_metadata.plugin import metadata_key
 
-from onegpu.report.summary import TITLE, sections
-from onegpu.evidence.rundir import write_private
-from onegpu.session.state import kit_of
-from onegpu.report.run_reader import read_samples, read_settings_values
-from onegpu.report.share_summary import share_text
 from onegpu.core.units import GIB
 from onegpu.evidence.receipt_schema import ReceiptData
+from onegpu.evidence.rundir import write_private
+from onegpu.report.run_reader import read_samples, read_settings_values
+from onegpu.report.share_summary import share_text
+from onegpu.report.summary import TITLE, sections
+from onegpu.session.state import kit_of
 
 REPORT_PLUGIN_NAME = "onegpu-html-report"
 SECTIONS_PLUGIN_NAME = "onegpu-report-sections"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 from html import escape
+
 from onegpu.evidence.receipt_schema import ReceiptData
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # terminal colour and cursor sequences in engine log lines

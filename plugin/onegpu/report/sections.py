@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from onegpu.requests.batch_summary import summary_lines
 from onegpu.core.outcomes import ADVICE, CODES
 from onegpu.core.units import gib
+from onegpu.evidence.receipt_schema import ReceiptData
 from onegpu.report.insight import landing, operator_score
 from onegpu.report.parts import ONE_WORKER, RANK0_GPU, absent, e, kv, multi_gpu_protocol, num, section, table, text
 from onegpu.report.svg import memory_plot
-from onegpu.evidence.receipt_schema import ReceiptData
+from onegpu.requests.batch_summary import summary_lines
 
 UNSCORED = '<span class="og-unscored">UNSCORED</span> '
 # Each phase's own duration: none of them includes another (hashing is not part of load, and so on).

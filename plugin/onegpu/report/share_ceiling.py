@@ -2,8 +2,8 @@
 only (onegpu.report.share_shapes): the link's basis is one of three words, the rows' names one of a few."""
 from __future__ import annotations
 
-from onegpu.plan.ceiling_record import percent
 from onegpu.evidence.receipt_schema import ReceiptData
+from onegpu.plan.ceiling_record import percent
 from onegpu.report.share_shapes import WITHHELD, as_dict, finite, gib, number
 
 BASES = ("MEASURED", "ASSUMED", "UNKNOWN")

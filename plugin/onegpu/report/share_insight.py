@@ -3,11 +3,11 @@ the consistency checks, the landing at READY and the operator-supplied score. Nu
 and shaped identifiers only (onegpu.report.share_shapes); never a path, a message or the operator's score file."""
 from __future__ import annotations
 
-from onegpu.report.parts import multi_gpu_protocol
-from onegpu.plan.operator_score import LABEL as OPERATOR_LABEL
 from onegpu.core.outcomes import CODES
-from onegpu.report.share_shapes import SHAPES, WITHHELD, as_dict, finite, gib, number, shaped
 from onegpu.evidence.receipt_schema import ReceiptData
+from onegpu.plan.operator_score import LABEL as OPERATOR_LABEL
+from onegpu.report.parts import multi_gpu_protocol
+from onegpu.report.share_shapes import SHAPES, WITHHELD, as_dict, finite, gib, number, shaped
 
 
 def _numeric(numbers) -> str:

@@ -12,16 +12,16 @@ from __future__ import annotations
 import re
 
 from onegpu.core.limitations import GPU_LOCK as GPU_LOCK_LIMITATION
-from onegpu.plan.vllm_versions import accounting_from_record
-from onegpu.core.outcomes import CODES, consequence
-from onegpu.core.outcomes import PHASES
-from onegpu.report.parts import ONE_WORKER, RANK0_GPU, multi_gpu_protocol
-from onegpu.report.share_shapes import SHAPES, WITHHELD, gib, number, shaped
-from onegpu.report.share_shapes import as_dict as _dict, finite as _n
+from onegpu.core.outcomes import CODES, PHASES, consequence
+from onegpu.evidence.receipt_schema import ReceiptData
 from onegpu.evidence.verdicts import capacity_tally
+from onegpu.plan.vllm_versions import accounting_from_record
+from onegpu.report.parts import ONE_WORKER, RANK0_GPU, multi_gpu_protocol
 from onegpu.report.share_ceiling import ceiling_share_lines
 from onegpu.report.share_insight import calibration_lines, consistency_lines, landing_lines, proposal_lines, score_lines
-from onegpu.evidence.receipt_schema import ReceiptData
+from onegpu.report.share_shapes import SHAPES, WITHHELD, gib, number, shaped
+from onegpu.report.share_shapes import as_dict as _dict
+from onegpu.report.share_shapes import finite as _n
 
 # Limitations written by the kit's own modules, shared word for word; any other limitation is only counted.
 KNOWN_LIMITATIONS = (GPU_LOCK_LIMITATION,)

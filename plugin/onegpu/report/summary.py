@@ -11,11 +11,11 @@ from typing import Mapping, Sequence
 
 from onegpu.core.outcomes import CODES
 from onegpu.core.units import gib
+from onegpu.evidence.receipt_schema import ReceiptData
 from onegpu.report.ceiling_view import ceiling_section
 from onegpu.report.insight import calibration, consistency, proposal, under_floor
 from onegpu.report.parts import absent, e, kv, multi_gpu_protocol, num, page_style, section, table, text
 from onegpu.report.sections import run_sections
-from onegpu.evidence.receipt_schema import ReceiptData
 
 TITLE = "onegpu report: PRIVATE, review before sharing (summary-share.md is the one safe to post publicly)"
 REVIEW_LINE = ("Review before sharing: this report holds local paths, GPU UUIDs, host names, image tags and engine "

@@ -18,14 +18,15 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Iterable, Protocol as TypingProtocol
+from typing import Callable, Iterable
+from typing import Protocol as TypingProtocol
 
 from msgspec import Struct, field
 
 from onegpu.core import strict_json
 from onegpu.evidence.receipt import now_iso
-from onegpu.requests.requests_file import RequestLine
 from onegpu.evidence.rundir import append_line, open_private_append, utc_stamp, write_private
+from onegpu.requests.requests_file import RequestLine
 
 BINDING_NAME = "batch-binding.json"
 BATCH_STEM = "responses"

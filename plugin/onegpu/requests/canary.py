@@ -12,9 +12,9 @@ from pathlib import Path
 
 from msgspec import Struct
 
-from onegpu.requests.requests_file import CHAT_URL
-from onegpu.core.units import MIB
 from onegpu.core.jsonable import to_json
+from onegpu.core.units import MIB
+from onegpu.requests.requests_file import CHAT_URL
 
 TEMPLATE_PATH = Path(__file__).with_name("data") / "default-canary.template.jsonl"
 MODEL_PLACEHOLDER = b'"@@SERVED_MODEL_ID@@"'

@@ -13,8 +13,8 @@ from pathlib import Path
 from msgspec import Struct
 
 from onegpu.core import strict_json
-from onegpu.core.shown import as_json as _show
 from onegpu.core.jsonable import to_json
+from onegpu.core.shown import as_json as _show
 
 OWN_SCHEMA = "onegpu/protocol@1"
 LEGACY_SCHEMA = "axm/frozen-benchmark-requests@1"

@@ -15,8 +15,8 @@ from msgspec import Struct
 
 from onegpu.serve import http_rules as rules
 from onegpu.serve.client import ClientConnection
-from onegpu.serve.upstream import EnginePool
 from onegpu.serve.transport_log import TransportLog
+from onegpu.serve.upstream import EnginePool
 
 
 class AdapterLimits(Struct, frozen=True):

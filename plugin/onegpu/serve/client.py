@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, cast
 from onegpu.serve import http_rules as rules
 from onegpu.serve.deadline import Deadline
 from onegpu.serve.request_reader import HEAD_TOO_LARGE, Request, RequestReader
-from onegpu.serve.upstream import EngineConnection
 from onegpu.serve.transport_log import CallRecord
+from onegpu.serve.upstream import EngineConnection
 
 if TYPE_CHECKING:
     from onegpu.serve.adapter import Adapter

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import msgspec
 
-from onegpu.serve.http_rules import is_event_stream, path_of
-from onegpu.evidence.rundir import open_private_append
 from onegpu.core.units import MIB
+from onegpu.evidence.rundir import open_private_append
+from onegpu.serve.http_rules import is_event_stream, path_of
 
 TRANSPORT_LABEL = ("transport measurements on the adapter's clock (request head received -> bytes relayed); "
                    "not a model benchmark")

@@ -14,10 +14,10 @@ from typing import Callable
 
 from msgspec import Struct
 
-from onegpu.serve.http_rules import FORWARDED, MAX_BODY_BYTES, MAX_OUTSTANDING
-from onegpu.requests.batch import explain_death
 from onegpu.core.outcomes import Blocked
 from onegpu.evidence.rundir import write_json
+from onegpu.requests.batch import explain_death
+from onegpu.serve.http_rules import FORWARDED, MAX_BODY_BYTES, MAX_OUTSTANDING
 from onegpu.serve.transport_log import read_entries, summarize
 
 SCHEMA = "onegpu/connection@1"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from msgspec import Struct
 
-from onegpu.requests.batch import BATCH_STEM
 from onegpu.evidence.receipt_schema import ReceiptData
+from onegpu.requests.batch import BATCH_STEM
 
 # pytest-timeout's failure text ("Timeout (>600.0s) from pytest-timeout."): how its signal method reports.
 TIMEOUT_MARK = "from pytest-timeout."

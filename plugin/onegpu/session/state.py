@@ -6,15 +6,14 @@ from pathlib import Path
 import pytest
 from msgspec import Struct, field
 
-from onegpu.session.interruption import Cut
 from onegpu.core.outcomes import PHASES
 from onegpu.evidence.receipt import Receipt
+from onegpu.session.interruption import Cut
 
 
 class KitSession(Struct):
     """State of the session: the run folder (None until kit tests are selected) and what was shown."""
 
-    options: dict
     command_line: list[str]
     run_folder: Path | None = None
     receipt: Receipt | None = None

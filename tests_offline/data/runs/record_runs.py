@@ -60,8 +60,8 @@ def prune(src: Path, dst: Path, project: Path) -> None:
 def main() -> None:
     import docker
 
-    from devkit.stub_engine.build import ensure_stub_image, stub_tag
     from devkit.e2e.harness import finish, make_project, session
+    from devkit.stub_engine.build import ensure_stub_image, stub_tag
 
     client = docker.from_env()
     ensure_stub_image(client)

@@ -10,7 +10,8 @@ from . import failures
 from .args import SUBCOMMANDS, non_default_args, parse_serve, top_usage
 from .knobs import KnobError, Knobs, read_knobs
 from .logfmt import VllmLog, boot_numbers, offload_line
-from .voices import VOICE_CPU, VOICE_CUDA as VOICE_CUDA_OLD, banner, load_and_kv, voice_of
+from .voices import VOICE_CPU, banner, load_and_kv, voice_of
+from .voices import VOICE_CUDA as VOICE_CUDA_OLD
 
 CONFIG_FAILURES = ("unsupported_quant", "unsupported_arch", "trust_remote_code", "needs_network")
 ENGINE_LOAD_FAILURES = ("load_oom", "gpu_memory_taken")
