@@ -100,7 +100,7 @@ def test_compare_and_calibration_read_a_run_folder_through_one_reader(real_runs,
     run = run_reader.read_run(folder)
     evidence = compare_cli.load_run(folder)
     assert evidence.receipt == run.receipt and evidence.manifest == run.manifest
-    assert evidence.settings == run.settings_values and run.settings_values
+    assert evidence.settings == run.shown_settings and run.shown_settings
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "receipt.json").write_text('{"schema": "something else"}')

@@ -95,25 +95,25 @@ def test_nothing_planted_anywhere_in_a_run_folder_reaches_the_summary(served, in
     scan = insight_runs.receipt("insight")
     assert receipt["landing"] and receipt["consistency"]  # the approval's own; the scan's three are added
     receipt.update({k: scan[k] for k in ("proposal", "calibration", "operator_score")})
+    model_id = receipt["settings"]["values"]["model_id"]
     receipt = plant(receipt)
+    receipt["settings"]["values"]["model_id"] = model_id  # one clean field: a shaped value that holds passes
     receipt["hardware"]["host"]["hostname"] = receipt["hardware"]["docker"]["daemon_name"] = HOST
     receipt["selection"]["gpu_uuid"] = receipt["hardware"]["gpu"]["devices"][0]["uuid"] = UUID
     receipt["serve"]["api_key"] = KEY  # as if a module had put the key where it must not be
+    receipt["settings"]["values"]["model_path"] = f"/home/{HOST}/models/{UUID}"
     (folder / "receipt.json").write_text(json.dumps(receipt))
     connection = json.loads((folder / "connection-private.json").read_text())
     (folder / "connection-private.json").write_text(json.dumps({**connection, "api_key": KEY}))
     with open(folder / "responses.jsonl", "a") as fh:
         fh.write(json.dumps({"custom_id": "planted", "prompt": PROMPT, "response": {"status_code": 200, "body": {
             "choices": [{"message": {"role": "assistant", "content": RESPONSE}}]}}}) + "\n")
-    settings = json.loads((folder / "settings.json").read_text())
-    settings["model_path"] = f"/home/{HOST}/models/{UUID}"
-    (folder / "settings.json").write_text(json.dumps(settings))
 
     text = write_share_summary(folder, receipt).read_text()
     for planted in (MARK, HOST, UUID, KEY, PROMPT, RESPONSE, str(folder), "/home/"):
         assert planted not in text, planted
     assert WITHHELD in text  # shaped fields that carry the marker are withheld, not copied
-    assert "`stub-org/e2e-model`" in text  # from the settings copy, which still has its real model ID
+    assert "`stub-org/e2e-model`" in text  # from the receipt's settings
     assert "expected 4, received 4" in text  # numbers pass
     assert "= 0.8731 on (withheld" in text and "over 1,319 samples" in text  # the score's number, not its words
     boot_log = scan["calibration"]["estimates"]["boot_log_bytes"]

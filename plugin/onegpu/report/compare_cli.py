@@ -17,7 +17,7 @@ from onegpu.report.run_reader import NotARunFolder, read_run
 def load_run(folder: Path) -> RunEvidence:
     """The evidence of one run folder; raises NotARunFolder naming the folder and the rule."""
     run = read_run(folder)
-    return RunEvidence(str(folder), run.receipt, run.manifest, run.settings_values or {})
+    return RunEvidence(str(folder), run.receipt, run.manifest, run.shown_settings or {})
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m onegpu.report.compare") -> int:

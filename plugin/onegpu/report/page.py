@@ -22,7 +22,7 @@ from pytest_metadata.plugin import metadata_key
 from onegpu.core.units import GIB
 from onegpu.evidence.receipt_schema import ReceiptData
 from onegpu.evidence.rundir import write_private
-from onegpu.report.run_reader import read_samples, read_settings_values
+from onegpu.report.run_reader import read_samples, receipt_settings
 from onegpu.report.share_summary import share_text
 from onegpu.report.summary import TITLE, sections
 from onegpu.session.state import kit_of
@@ -56,8 +56,8 @@ class KitSections:
         if self.kit.receipt is None:
             return
         folder = self.kit.run_folder
-        prefix.extend(sections(self.kit.receipt.view(), read_samples(folder), read_settings_values(folder),
-                               run_files(folder)))
+        receipt = self.kit.receipt.view()
+        prefix.extend(sections(receipt, read_samples(folder), receipt_settings(receipt), run_files(folder)))
 
 
 def run_files(folder: Path) -> list[tuple[str, int | None]]:
@@ -69,8 +69,8 @@ def run_files(folder: Path) -> list[tuple[str, int | None]]:
 
 
 def write_share_summary(folder: Path, receipt: ReceiptData) -> Path:
-    """summary-share.md (0600) in the run folder, from the receipt and the settings copy only."""
-    return write_private(folder / SHARE_NAME, share_text(receipt, read_settings_values(folder)))
+    """summary-share.md (0600) in the run folder, from the receipt only (the settings as the session read them)."""
+    return write_private(folder / SHARE_NAME, share_text(receipt, receipt_settings(receipt)))
 
 
 def attach_html_report(session, path: Path) -> None:

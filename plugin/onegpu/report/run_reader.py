@@ -35,9 +35,9 @@ class RunFolder(Struct, frozen=True):
     settings: Settings | SettingsError  # settings.json as --settings judges it, or why it does not hold
 
     @property
-    def settings_values(self) -> dict | None:
+    def shown_settings(self) -> dict | None:
         """The settings' values as the session read them; None when settings.json is absent or does not hold."""
-        return settings_values(self.settings) if isinstance(self.settings, Settings) else None
+        return shown_settings(to_json(self.settings)) if isinstance(self.settings, Settings) else None
 
 
 def read_run(folder: Path) -> RunFolder:
@@ -77,17 +77,21 @@ def read_run(folder: Path) -> RunFolder:
     return RunFolder(folder, declared_view(receipt), manifest, settings)
 
 
-def settings_values(settings: Settings) -> dict:
-    """The values of the settings, as the report and compare show them (without where they were read)."""
-    return {k: v for k, v in to_json(settings).items() if k not in ("path", "sha256", "assumed", "source_schema")}
+# Where the settings were read from, not what they say: the report and compare leave these out of the values.
+_BOOKKEEPING = ("path", "sha256", "assumed", "source_schema")
 
 
-def read_settings_values(folder: Path) -> dict | None:
-    """The settings as the session read them, from the run folder's copy; None when absent or invalid."""
-    try:
-        return settings_values(load_settings(folder / "settings.json"))
-    except SettingsError:
-        return None
+def shown_settings(values: dict) -> dict:
+    """Settings values (the receipt's, or a settings file's as JSON) as the report and compare show them: every
+    field of Settings in its order, none for a field the values leave out (the receipt omits an unset multi_gpu
+    and vllm_version), without where they were read."""
+    return {k: values.get(k) for k in Settings.__struct_fields__ if k not in _BOOKKEEPING}
+
+
+def receipt_settings(receipt: ReceiptData) -> dict | None:
+    """The session's settings as it read them once, from its receipt; None when they did not hold."""
+    section = receipt.get("settings")
+    return shown_settings(section["values"]) if section else None
 
 
 def read_samples(folder: Path) -> list[dict]:
