@@ -114,6 +114,7 @@ KV_CASES = [
     ("ok-v0_13_0-qwen25-14b-awq-1gpu", "Qwen--Qwen2.5-14B.config.json", 1),
     ("ok-v0eng-llama31-8b-rtx3090-20k", "meta-llama--Llama-3.1-8B.config.json", 1),
     ("ok-v1-qwen3-14b-lmcache", "Qwen--Qwen3-14B.config.json", 1),
+    ("ok-v0_30_0-xinference-qwen3-4b-5060ti", "typhoon2.5-qwen3-4b.config.json", 1),
 ]
 
 

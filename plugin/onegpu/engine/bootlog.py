@@ -4,11 +4,12 @@ Driven by logs recorded from the real engine (tests_offline/data/engine_logs/, v
 and, for what only a GPU prints, by vLLM 0.32.0's own format strings (file and line in that folder's
 README). Read are: the KV line of any device ("GPU KV cache size", "CPU KV cache size", "GPU + host KV
 cache size": N tokens, with "Maximum concurrency for N tokens per request: Xx" on the same line or the
-next), the KV memory ("Available KV cache memory: X GiB" on a GPU, "Explicitly set (X/Y) GiB for KV
-cache" / "Auto set (X/Y) GiB ..." on a CPU), "Model loading took X GiB [memory] and Y seconds" (GPU) and
-"Loading weights took Y seconds" (every device), the version (banner, "vLLM server version X, serving
-model Y", older "vLLM API server version X", the engine's "(vX)"); numbers with or without thousands
-separators, lines with or without a `(EngineCore pid=N)` / `(Worker pid=N)` prefix, ANSI colours stripped.
+next), the KV memory ("Available KV cache memory: X GiB" on a GPU, or "reserved X GiB memory for KV
+Cache" where --kv-cache-memory-bytes set it; "Explicitly set (X/Y) GiB for KV cache" / "Auto set (X/Y)
+GiB ..." on a CPU), "Model loading took X GiB [memory] and Y seconds" (GPU) and "Loading weights took Y
+seconds" (every device), the version (banner, "vLLM server version X, serving model Y", older "vLLM API
+server version X", the engine's "(vX)"); numbers with or without thousands separators, lines with or
+without a `(EngineCore pid=N)` / `(Worker pid=N)` prefix, ANSI colours stripped.
 """
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ QUOTE_LIMIT = 500  # characters of the engine's own line kept in a failure's quo
 # " + host" when a host-memory tier (hisparse) adds to it (v1/core/kv_cache_utils.py).
 _KV_TOKENS = re.compile(rf"\b([A-Z]{{2,}}(?: \+ host)?) KV cache size:\s*({NUM})\s*tokens")
 _KV_GIB = re.compile(rf"Available KV cache memory:\s*({NUM})\s*GiB")
+# --kv-cache-memory-bytes: the engine skips memory profiling and logs the KV memory it reserved instead
+# (v1/worker/gpu_worker.py:Worker.determine_available_memory).
+_KV_GIB_RESERVED = re.compile(rf"reserved\s*({NUM})\s*GiB memory for KV Cache")
 _KV_GIB_CPU = re.compile(rf"(?:Explicitly|Auto) set \(({NUM})/{NUM}\) GiB for KV cache")
 _CONCURRENCY = re.compile(rf"Maximum concurrency for\s*({NUM})\s*tokens per request:\s*({NUM})\s*x")
 # "GB" in older vLLM was already bytes / 2**30, so both units are read as GiB.
@@ -147,7 +151,8 @@ def _last(pattern: re.Pattern, text: str) -> re.Match | None:
 def parse_boot_log(text: str) -> BootFacts:
     """The boot numbers of a vLLM log (last value wins where a line repeats, e.g. per worker)."""
     text = clean(text)
-    kv_gib = _last(_KV_GIB, text) or _last(_KV_GIB_CPU, text) or _last(_V0_KV_GIB, text)
+    kv_gib = (_last(_KV_GIB, text) or _last(_KV_GIB_RESERVED, text) or _last(_KV_GIB_CPU, text)
+              or _last(_V0_KV_GIB, text))
     kv_tokens = _last(_KV_TOKENS, text)
     conc, load, offload = _last(_CONCURRENCY, text), _last(_LOAD, text), _last(_OFFLOAD, text)
     load_old = (_last(_LOAD_OLD, text) or _last(_V0_WEIGHTS, text)) if load is None else None

@@ -135,6 +135,10 @@ FAILURES: tuple[FailureRow, ...] = (
                r"supported on GPUs with compute capability of at least", "torch's CUDA error for a compute "
                "capability the build has no kernels for; vllm/platforms/cuda.py:check_if_supports_dtype",
                "gpu_logs/fail-other-no-kernel-image-v1-rtx50"),
+    FailureRow("CUDA_ERROR", r"\bcutlass_gemm_caller, \S+:\d+, \w", "csrc/libtorch_stable/quantization/w8a8/cutlass/"
+               "c3x/cutlass_gemm_caller.cuh:c3x::cutlass_gemm_caller (CUTLASS_CHECK: a w8a8 GEMM's CUTLASS status, "
+               "raised as 'function, file:line, status')", "gpu_logs/fail-other-cutlass-error-internal-v0_30-gb10",
+               phase="any"),
     FailureRow("DISTRIBUTED_INIT_FAILED", r"NCCL error|nccl(?:Internal|UnhandledCuda|System|InvalidUsage|Remote)"
                r"Error|DistBackendError|peer access is not supported between these two devices|Proxy Call to rank "
                r"\d+ failed", "torch.distributed and NCCL while vLLM starts its tensor/pipeline-parallel groups "
