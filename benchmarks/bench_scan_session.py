@@ -24,7 +24,7 @@ session CPU / (scan CPU + `import pytest` CPU); its median is quoted. The sessio
 (below) that adds up the CPU spent writing evidence: receipt journal lines and whole writes, pytest-html's
 per-test handling and report, the public summary.
 
-Startup is measured apart: `python -c "import onegpu.plugin, onegpu.fixtures.* ..."` (the kit's imports, what every
+Startup is measured apart: `python -c "import onegpu.plugin, onegpu.phases.* ..."` (the kit's imports, what every
 session pays before its first test) against `python -c "import pytest"`, alternating.
 
 With --instructions, each child also runs once under valgrind's callgrind, which counts the user-space
@@ -56,9 +56,10 @@ from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(tempfile.gettempdir())
-KIT_MODULES = ("onegpu.plugin", "onegpu.session.blocked_report", "onegpu.fixtures.machine", "onegpu.fixtures.plan",
-               "onegpu.fixtures.custody", "onegpu.fixtures.engine", "onegpu.fixtures.requests",
-               "onegpu.fixtures.serve", "onegpu.fixtures.insight")
+KIT_MODULES = ("onegpu.plugin", "onegpu.options", "onegpu.session.blocked_report",
+               *(f"onegpu.phases.{name}" for name in ("machine", "plan", "plan_ceiling", "plan_launch", "plan_insight",
+                                                       "probe", "custody", "load", "load_landing", "canary", "batch",
+                                                       "serve")))
 
 # Loaded into the timed session with -p: it wraps the evidence writers and adds up the process CPU spent in them
 # (time.process_time: every thread, user and system). Nested calls are counted once.

@@ -3,7 +3,7 @@ and the KV-cache dtype against the vLLM version the runtime probe read."""
 import pytest
 
 from onegpu.checkpoint.consistency import check_lines
-from onegpu.fixtures.insight import landing_lines_of
+from onegpu.phases.load_landing import landing_lines_of
 
 pytestmark = [pytest.mark.approve_load, pytest.mark.phase("load")]
 

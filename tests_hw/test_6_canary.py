@@ -1,7 +1,7 @@
 """Phase 6, the canary: a LOAD SMOKE CHECK through the engine, one request at a time. UNSCORED, never a benchmark."""
 import pytest
 
-from onegpu.fixtures.requests import CANARY_TITLE
+from onegpu.phases.canary import CANARY_TITLE
 from onegpu.requests import requests_file
 from onegpu.requests.batch_summary import not_answered
 

@@ -1,7 +1,7 @@
 """Phase 7, the frozen batch: the request file goes through unchanged, one request at a time. UNSCORED."""
 import pytest
 
-from onegpu.fixtures.requests import BATCH_TITLE
+from onegpu.phases.batch import BATCH_TITLE
 from onegpu.requests import protocol as protocol_binding
 from onegpu.requests import requests_file
 from onegpu.requests.batch_summary import unaccounted

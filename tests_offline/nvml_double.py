@@ -48,7 +48,7 @@ import pytest
 from types import SimpleNamespace
 
 from onegpu.engine.bootlog import BootFacts
-from onegpu.fixtures.insight import record_landing
+from onegpu.phases.load_landing import record_landing
 from onegpu.engine.sampler import Sampler
 from tests_offline.nvml_double import FakeNvml
 

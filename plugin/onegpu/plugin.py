@@ -1,11 +1,11 @@
 """The onegpu kit as a pytest plugin: options, markers, the approval gate, the run folder, the verdicts.
 
-Hooks only; the fixtures live in onegpu.fixtures and every decision lives in a pure module.
+Hooks and the `kit` fixture; the options live in onegpu.options, the phases' fixtures in onegpu.phases (one module
+per phase, registered below), and every decision lives in a pure module.
 """
 from __future__ import annotations
 
 import gc
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -18,9 +18,9 @@ import pytest
 # it anew in every session: ~0.4 s of CPU for ~80 modules that hold no such assert. Narrowed here, before the
 # imports below, and again at configure (a conftest naming onegpu.plugin marks the package again); the rest then
 # import as plain modules, from the interpreter's own bytecode cache where it has one.
-_REWRITTEN = ("onegpu.session.blocked_report", "onegpu.fixtures.machine", "onegpu.fixtures.plan",
-              "onegpu.fixtures.custody", "onegpu.fixtures.engine", "onegpu.fixtures.requests", "onegpu.fixtures.serve",
-              "onegpu.fixtures.insight")
+_REWRITTEN = ("onegpu.session.blocked_report", *(f"onegpu.phases.{name}" for name in (
+    "machine", "plan", "plan_ceiling", "plan_launch", "plan_insight", "probe", "custody", "load", "load_landing",
+    "canary", "batch", "serve")))
 _PACKAGE = __name__.partition(".")[0]  # what pytest marks: the distribution's top-level package
 
 
@@ -37,13 +37,12 @@ def _rewrite_fixture_modules_only() -> None:
 _rewrite_fixture_modules_only()
 
 from onegpu import __version__
-from onegpu.core.jsonable import FactsFormatError
 from onegpu.core.outcomes import Blocked, parse_reason
 from onegpu.engine.interrupts import GUARD
 from onegpu.evidence.receipt import Receipt, now_iso
 from onegpu.evidence.rundir import RunFolderError, create_run_folder, reopen_for_resume
 from onegpu.evidence.verdicts import phase_verdicts, run_verdict
-from onegpu.machine.model import load_profile
+from onegpu.options import add_options, deselect_tests_of_absent_options, read_options
 from onegpu.plan.settings import SettingsError
 from onegpu.session import gating, terminal
 from onegpu.session.backstop import backstop_s, checkpoint_bytes
@@ -86,25 +85,7 @@ KIT_MARKS = ("scan", "approve_load")
 
 
 def pytest_addoption(parser):
-    group = parser.getgroup("onegpu", "onegpu kit")
-    group.addoption("--settings", metavar="PATH", help="settings.json (kit schema or axm/one-gpu-settings@1)")
-    parser.addini("onegpu_settings", "default settings.json path when --settings is not given", default="")
-    group.addoption("--hardware", metavar="PROFILE", help="replay a recorded hardware profile instead of reading "
-                    "this machine (nothing can start in a replayed session)")
-    group.addoption("--host-ram-gib", type=float, metavar="GIB",
-                    help="host RAM available on the target, for a replayed profile that leaves it unset")
-    group.addoption("--out", metavar="DIR", help="run folder to create (must not exist)")
-    group.addoption("--runs-dir", metavar="DIR", help="parent of the default run folders (default: runs/)")
-    parser.addini("onegpu_runs_dir", "parent of the default run folders", default="runs")
-    group.addoption("--requests", metavar="JSONL", help="frozen request file (OpenAI batch lines) for the batch "
-                    "phase; needs --protocol")
-    group.addoption("--protocol", metavar="JSON", help="protocol.json binding the request file to its benchmark")
-    group.addoption("--resume-batch", metavar="RUN_FOLDER", help="resume an interrupted batch in its own run "
-                    "folder: only the missing custom_ids are sent")
-    group.addoption("--fail-on-blocked", action="store_true", default=None,
-                    help="exit non-zero when any kit test is blocked (for scripts)")
-    parser.addini("onegpu_fail_on_blocked", "exit non-zero when any kit test is blocked", type="bool",
-                  default=False)
+    add_options(parser)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -125,24 +106,7 @@ def pytest_load_initial_conftests(early_config, parser, args):
 
 def pytest_configure(config):
     _rewrite_fixture_modules_only()
-    if config.getoption("requests") and not config.getoption("protocol"):
-        raise pytest.UsageError("--requests needs --protocol: a frozen batch is bound to its benchmark protocol")
-    if config.getoption("protocol") and not config.getoption("requests"):
-        raise pytest.UsageError("--protocol needs --requests")
-    stated_ram = config.getoption("host_ram_gib")
-    if config.getoption("hardware"):
-        # A malformed profile is a usage error before anything runs, not an error in every test.
-        try:
-            profile = load_profile(Path(config.getoption("hardware")))
-        except FactsFormatError as exc:
-            raise pytest.UsageError(str(exc)) from None
-        if stated_ram is not None and profile.host.ram_total_bytes is not None:
-            raise pytest.UsageError("--host-ram-gib: this profile already records host RAM; the operator states "
-                                    "it only for a profile that leaves it unset")
-    elif stated_ram is not None:
-        raise pytest.UsageError("--host-ram-gib applies only with --hardware: this machine's RAM is read, not stated")
-    if stated_ram is not None and not (math.isfinite(stated_ram) and stated_ram > 0):
-        raise pytest.UsageError(f"--host-ram-gib {stated_ram}: must be a finite positive number of GiB")
+    read_options(config)
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     config.stash[KIT_KEY] = KitSession(command_line=_command_line(config))
@@ -159,6 +123,14 @@ def _freeze_long_lived() -> None:
     checkpoint allocates enough to trigger full collections, each of which would walk them all again (about 40 ms
     of a scan session's CPU at 72,622 tensors, pytest's collections at exit included; benchmarks/RESULTS.md)."""
     gc.freeze()
+
+
+@pytest.fixture(scope="session")
+def kit(pytestconfig) -> KitSession:
+    """The session's run folder and receipt (created when kit tests were selected)."""
+    state = kit_of(pytestconfig)
+    assert state.receipt is not None, "kit fixtures are used only by tests marked scan or approve_load"
+    return state
 
 
 def pytest_collection_finish(session):
@@ -200,6 +172,7 @@ def pytest_collection_modifyitems(session, config, items):
     every_kit_test = _kit_items(items)
     acting = [i for i in items if i.get_closest_marker(gating.APPROVAL_MARK)]
     kit.approved = any(gating.approved(i, kit.markexpr) for i in acting)
+    deselect_tests_of_absent_options(config, items)
     if kit.approved:
         config.option.markexpr = f"({kit.markexpr}) or {gating.WIDENED}"
     yield

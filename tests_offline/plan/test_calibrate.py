@@ -15,7 +15,7 @@ import pytest
 
 from devkit.e2e.harness import LLAMA, llama_tensors
 from devkit.synth import SYNTHETIC_METADATA, write_checkpoint
-from onegpu.fixtures.insight import load_run
+from onegpu.options import calibration_run as load_run
 from onegpu.plan import calibrate
 from onegpu.plan.settings import parse_settings
 from tests_offline.nvml_double import nvml_sample

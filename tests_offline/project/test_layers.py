@@ -13,19 +13,24 @@ PACKAGE = SOURCE / "onegpu"
 
 
 def declared_layers() -> list[set[str]]:
-    """The README's layer block, top to bottom: one set of subpackage names (or plugin.py) per line."""
+    """The README's layer block, top to bottom: one set of subpackage (or top-level module) names per line."""
     section = (REPO_ROOT / "README.md").read_text(encoding="utf-8").split("## Map of the code", 1)[1]
     block = re.search(r"\n\n((?:    [a-z_. ]+\n)+)", section)
     assert block, "the map of the code has no indented block of layers"
     return [set(line.split()) for line in block.group(1).splitlines()]
 
 
+def top_files() -> set[str]:
+    """The modules that sit directly in the package, beside its subpackages (plugin.py, options.py)."""
+    return {p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py"}
+
+
 def unit_of(module: str) -> str:
-    """The layered unit a module of onegpu belongs to: its subpackage, or the file plugin.py."""
+    """The layered unit a module of onegpu belongs to: its subpackage, or its file directly in the package."""
     parts = module.split(".")
     if len(parts) == 1:
         return "onegpu"
-    return "plugin.py" if parts[1] == "plugin" else parts[1]
+    return f"{parts[1]}.py" if f"{parts[1]}.py" in top_files() else parts[1]
 
 
 def _root_name(name: str) -> str:
@@ -74,7 +79,7 @@ def test_every_subpackage_stands_in_exactly_one_layer():
     layers = declared_layers()
     named = [unit for units in layers for unit in units]
     subpackages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
-    assert sorted(named) == sorted(subpackages | {"plugin.py"})
+    assert sorted(named) == sorted(subpackages | top_files())
 
 
 def test_imports_point_down_only():

@@ -92,7 +92,7 @@ def test_usage_is_explained_without_two_folders():
 
 def test_compare_and_calibration_read_a_run_folder_through_one_reader(real_runs, tmp_path):
     """The same folder gives compare and calibration the same receipt and manifest, and the same refusal."""
-    from onegpu.fixtures.insight import load_run as calibration_run
+    from onegpu.options import calibration_run
     from onegpu.plan.calibrate import CalibrationError
     from onegpu.report import compare_cli, run_reader
 

@@ -385,11 +385,11 @@ class ReceiptData(TypedDict, total=False):
     reaper: dict[str, Any]  # {closed, reason, at}: written by the reaper when the session died (onegpu.engine.reaper)
     verdict: str
     exit_status: int
-    # machine (onegpu.fixtures.machine)
+    # machine (onegpu.phases.machine)
     hardware: HardwareSection
     replay: ReplaySection
     selection: SelectionSection
-    # plan (onegpu.fixtures.plan, onegpu.fixtures.insight)
+    # plan (onegpu.phases.plan, plan_ceiling, plan_launch, plan_insight)
     settings: SettingsSection
     settings_errors: list[Any]
     checkpoint: CheckpointSection
@@ -405,7 +405,7 @@ class ReceiptData(TypedDict, total=False):
     calibration: CalibrationSection
     proposal: ProposalSection
     operator_score: OperatorScoreSection
-    # engine (onegpu.fixtures.engine)
+    # probe and load (onegpu.phases.probe, load, load_landing)
     leftovers: LeftoversSection
     gpu_lock: GpuLockSection
     probe: ProbeSection
@@ -413,7 +413,7 @@ class ReceiptData(TypedDict, total=False):
     boot: BootSection
     samples: SamplesSection  # the peaks and counts of samples.jsonl (onegpu.engine.sampler)
     landing: LandingSection
-    # custody, requests, serve (onegpu.fixtures.custody, requests, serve)
+    # custody, canary, batch, serve (onegpu.phases.custody, canary, batch, serve)
     custody: CustodySection
     request_errors: dict[str, Any]
     deadlines: DeadlinesSection

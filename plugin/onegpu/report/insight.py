@@ -1,6 +1,6 @@
 """Pure: the report sections of the advice and measurements (proposal, calibration, consistency, landing,
-operator-supplied score). Each reads its receipt section as onegpu.fixtures.insight records it; a section that
-was not recorded says whether its option was not given or its phase did not establish it.
+operator-supplied score). Each reads its receipt section as onegpu.phases.plan_insight and load_landing record it;
+a section that was not recorded says whether its option was not given or its phase did not establish it.
 """
 from __future__ import annotations
 
