@@ -3,14 +3,14 @@ calibrated from an earlier run), checkpoint consistency, and an operator-supplie
 import pytest
 
 from onegpu.checkpoint.consistency import check_lines
-from onegpu.plan import calibrate, propose
+from onegpu.plan import calibrate, propose_text
 from onegpu.plan import operator_score as score
 
 pytestmark = [pytest.mark.scan, pytest.mark.phase("plan")]
 
 
 def test_budgets_are_proposed_from_the_facts(proposal, fact):
-    fact(propose.outcome_lines, proposal["proposal"], proposal["path"])
+    fact(propose_text.outcome_lines, proposal["proposal"], proposal["path"])
 
 
 def test_non_weight_reserve_is_measured_or_shown_as_assumed(settings, calibration, fact):

@@ -1,7 +1,7 @@
 """Phase 2, the plan: the exact engine launch a person approves, and any kit containers left behind. Read-only."""
 import pytest
 
-from onegpu.engine import launch, leftovers
+from onegpu.engine import launch_check, leftovers
 
 pytestmark = [pytest.mark.scan, pytest.mark.phase("plan")]
 
@@ -12,7 +12,7 @@ def test_launch_plan_is_shown_as_a_docker_run_line(launch_spec, fact):
 
 
 def test_launch_plan_has_every_element_of_the_engine_container(launch_spec, settings, selected_gpu):
-    assert launch.missing_elements(launch_spec, settings, selected_gpu.uuid) == []
+    assert launch_check.missing_elements(launch_spec, settings, selected_gpu.uuid) == []
 
 
 def test_kit_leftover_containers_are_reported(kit_leftovers, fact):

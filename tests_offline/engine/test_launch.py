@@ -9,8 +9,10 @@ import subprocess
 
 from msgspec import structs
 
+from onegpu.checkpoint.files import hf_cache_layout
 from onegpu.engine import launch
-from onegpu.engine.launch import GPU_UTILIZATION, build_launch_spec, container_name, hf_cache_layout, missing_elements
+from onegpu.engine.launch import GPU_UTILIZATION, build_launch_spec, container_name
+from onegpu.engine.launch_check import missing_elements
 from onegpu.plan.settings import load_settings
 from tests_offline.engine_helpers import make_spec
 from tests_offline.launch_helpers import IMAGE, OWNER, UUID, docker_cli, settings, spec_for
@@ -191,7 +193,7 @@ def test_missing_elements_names_what_is_wrong():
 
 def test_names_and_numbers():
     assert container_name("2026-12-02T11:16:58Z approve", 7) == "onegpu-2026-12-02T11-16-58Z-approve-7"
-    assert launch._number(600.0) == "600" and launch._number(0.85) == "0.85" and launch._number(65535.25) == "65535.25"
+    assert launch.flag_number(600.0) == "600" and launch.flag_number(0.85) == "0.85" and launch.flag_number(65535.25) == "65535.25"
 
 
 def test_utilization_is_the_capacity_target():

@@ -6,7 +6,8 @@ import subprocess
 
 from msgspec import structs
 
-from onegpu.engine.launch import build_launch_spec, missing_elements
+from onegpu.engine.launch import build_launch_spec
+from onegpu.engine.launch_check import missing_elements
 from onegpu.plan.settings import FIELD_NCCL_ENV
 from tests_offline.launch_helpers import IMAGE, OWNER, UUID, docker_cli, settings, spec_for
 

@@ -15,16 +15,8 @@ from onegpu.core.outcomes import Blocked
 from onegpu.plan.calibrate import Calibration
 from onegpu.plan.capacity import capacity_verdicts
 from onegpu.plan.kvcache import kv_cache_estimate
-from onegpu.plan.propose import (
-    NOT_SETTINGS,
-    PROPOSAL_SCHEMA,
-    REQUEST_SCHEMA,
-    outcome_lines,
-    parse_request,
-    proposal_document,
-    proposal_table,
-    propose,
-)
+from onegpu.plan.propose import NOT_SETTINGS, PROPOSAL_SCHEMA, REQUEST_SCHEMA, parse_request, propose
+from onegpu.plan.propose_text import outcome_lines, proposal_document, proposal_table
 from onegpu.plan.settings import SettingsError, load_settings, parse_settings
 from tests_offline.capacity_facts import LLAMA_CONFIG, checkpoint_facts, gpu_device, host, layers_table
 from tests_offline.paths import PROFILES, REPO_ROOT

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from msgspec import Struct, field
 
@@ -42,6 +42,19 @@ def cache_layout(root: Path) -> CacheLayout:
             blobs = os.path.realpath(repo / "blobs")
             return CacheLayout((real_root, blobs), str(repo), candidate.name)
     return CacheLayout((real_root,))
+
+
+def hf_cache_layout(model_path: str) -> tuple[str, str] | None:
+    """(repo folder, snapshot path relative to it) for a Hugging Face cache snapshot path, else None: the path
+    alone, as the engine's mounts need it (the launch plan may be made for another machine's path).
+
+    A snapshot's files are symlinks into ../../blobs, so the whole repo folder must be visible in the
+    container for them to resolve.
+    """
+    path = PurePosixPath(model_path)
+    if len(path.parts) >= 3 and path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
+        return str(path.parent.parent), f"snapshots/{path.name}"
+    return None
 
 
 def inside(path: str, folders: tuple[str, ...]) -> bool:

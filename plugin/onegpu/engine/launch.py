@@ -12,6 +12,7 @@ from pathlib import PurePosixPath
 
 from msgspec import Struct, field
 
+from onegpu.checkpoint.files import hf_cache_layout
 from onegpu.core.jsonable import to_json
 from onegpu.core.units import GIB, gib
 from onegpu.plan.capacity import GPU_UTILIZATION  # one number: what the verdicts assume is what the engine gets
@@ -199,7 +200,7 @@ class LaunchSpec(Struct, frozen=True):
         argv += ["--memory", f"{self.mem_limit_bytes}b", "--memory-swap", f"{self.memswap_limit_bytes}b",
                  "--pids-limit", str(self.pids_limit), "--shm-size", f"{self.shm_size_bytes}b"]
         if self.nano_cpus is not None:
-            argv += ["--cpus", _number(self.nano_cpus / 1e9)]
+            argv += ["--cpus", flag_number(self.nano_cpus / 1e9)]
         for opt in self.security_opt:
             argv += ["--security-opt", opt]
         for cap in self.cap_drop:
@@ -235,7 +236,7 @@ class LaunchSpec(Struct, frozen=True):
             f"{gib(self.memswap_limit_bytes)}" + (" (no swap)" if self.memswap_limit_bytes == self.mem_limit_bytes
                                                   else ""),
             f"pids       {self.pids_limit}; shm {gib(self.shm_size_bytes)}; cpus "
-            f"{_number(self.nano_cpus / 1e9) if self.nano_cpus else 'no quota'}",
+            f"{flag_number(self.nano_cpus / 1e9) if self.nano_cpus else 'no quota'}",
             f"security   {', '.join(self.security_opt)}; cap-drop {', '.join(self.cap_drop)}",
         ]
         rows += [f"mount      {m.source} -> {m.target} ({'read-only' if m.read_only else 'read-write'})"
@@ -265,23 +266,11 @@ class LaunchSpec(Struct, frozen=True):
         return data
 
 
-def _number(value: float) -> str:
+def flag_number(value: float) -> str:
     """A number as a flag value: 600.0 -> "600", 12.5 -> "12.5" (never exponent notation)."""
     if float(value).is_integer():
         return str(int(value))
     return repr(float(value))
-
-
-def hf_cache_layout(model_path: str) -> tuple[str, str] | None:
-    """(repo folder, snapshot path relative to it) for a Hugging Face cache snapshot path, else None.
-
-    A snapshot's files are symlinks into ../../blobs, so the whole repo folder must be visible in the
-    container for them to resolve.
-    """
-    path = PurePosixPath(model_path)
-    if len(path.parts) >= 3 and path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
-        return str(path.parent.parent), f"snapshots/{path.name}"
-    return None
 
 
 def container_name(run_id: str, owner_pid: int) -> str:
@@ -336,12 +325,12 @@ def build_launch_spec(settings, gpu_uuid: str | None, image_id: str, run_id: str
         "--tensor-parallel-size", str(parallel_sizes(settings)[0]),
         "--pipeline-parallel-size", str(parallel_sizes(settings)[1]),
         "--max-num-seqs", "1",
-        "--gpu-memory-utilization", _number(GPU_UTILIZATION),
+        "--gpu-memory-utilization", flag_number(GPU_UTILIZATION),
         "--max-model-len", str(settings.context_tokens),
         "--max-num-batched-tokens", str(settings.prefill_chunk_tokens),
         "--enable-chunked-prefill",
         "--enforce-eager",
-        "--cpu-offload-gb", _number(settings.cpu_offload_gib),
+        "--cpu-offload-gb", flag_number(settings.cpu_offload_gib),
         "--generation-config", GENERATION_CONFIG,
     ]
     notes.append(GENERATION_NOTE)
@@ -408,76 +397,3 @@ def parallel_sizes(settings) -> tuple[int, int]:
     """(tensor, pipeline) parallel size: (1, 1) for the one-GPU protocol."""
     multi = settings.multi_gpu
     return (1, 1) if multi is None else (multi.tensor_parallel_size, multi.pipeline_parallel_size)
-
-
-def missing_elements(spec: LaunchSpec, settings, gpu_uuid: str | None) -> list[str]:
-    """Pure: every element of KIT.md 6 the spec lacks, one line each (empty when the plan is complete)."""
-    cmd, problems = spec.command, []
-
-    def flag_value(flag: str) -> str | None:
-        return cmd[cmd.index(flag) + 1] if flag in cmd and cmd.index(flag) + 1 < len(cmd) else None
-
-    expected_values = {
-        "--served-model-name": settings.model_id, "--uds": f"{SOCKET_MOUNT}/{SOCKET_NAME}",
-        "--tensor-parallel-size": str(parallel_sizes(settings)[0]),
-        "--pipeline-parallel-size": str(parallel_sizes(settings)[1]),
-        "--max-num-seqs": "1",
-        "--gpu-memory-utilization": _number(GPU_UTILIZATION),
-        "--max-model-len": str(settings.context_tokens),
-        "--max-num-batched-tokens": str(settings.prefill_chunk_tokens),
-        "--cpu-offload-gb": _number(settings.cpu_offload_gib),
-        "--generation-config": GENERATION_CONFIG,
-    }
-    if spec.entrypoint != ["vllm"] or cmd[:1] != ["serve"]:
-        problems.append(f"entrypoint must be `vllm serve`, is {spec.entrypoint + cmd[:1]}")
-    for flag, value in expected_values.items():
-        if flag_value(flag) != value:
-            problems.append(f"{flag} must be {value!r}, is {flag_value(flag)!r}")
-    for flag in ("--enable-chunked-prefill", "--enforce-eager"):
-        if flag not in cmd:
-            problems.append(f"{flag} missing")
-    if ("--language-model-only" in cmd) != bool(spec.towers):
-        problems.append(f"--language-model-only must appear exactly when config.json declares towers "
-                        f"({', '.join(spec.towers) or 'none'})")
-    if ("--trust-remote-code" in cmd) != bool(settings.trust_remote_code):
-        problems.append(f"--trust-remote-code must appear only when settings allow it ({settings.trust_remote_code})")
-    if flag_value("--kv-cache-dtype") != settings.kv_cache_dtype:
-        problems.append(f"--kv-cache-dtype must be {settings.kv_cache_dtype!r} (what the KV estimate assumed)")
-    if spec.network_mode != "none":
-        problems.append(f"network must be none, is {spec.network_mode!r}")
-    model_mounts = [m for m in spec.mounts if m.target in (MODEL_MOUNT, MODEL_REPO_MOUNT)]
-    if not model_mounts or not all(m.read_only for m in model_mounts):
-        problems.append("the checkpoint must be bind-mounted read-only")
-    if not any(m.target == SOCKET_MOUNT and not m.read_only for m in spec.mounts):
-        problems.append(f"the private socket folder must be bind-mounted read-write at {SOCKET_MOUNT}")
-    if spec.mem_limit_bytes <= 0 or spec.memswap_limit_bytes != spec.mem_limit_bytes:
-        problems.append("the RAM cap must be set and the memory+swap cap equal to it (no swap)")
-    if spec.pids_limit <= 0 or spec.shm_size_bytes <= 0:
-        problems.append("pids limit and shm size must be stated")
-    if "no-new-privileges" not in spec.security_opt or "ALL" not in spec.cap_drop:
-        problems.append("no-new-privileges and cap-drop ALL are required")
-    multi = settings.multi_gpu
-    for key, value in {**OFFLINE_ENV, **USER_ENV, **multi_gpu_env(multi)}.items():
-        if spec.environment.get(key) != value:
-            problems.append(f"environment {key} must be {value!r}")
-    if multi is not None:
-        if flag_value("--distributed-executor-backend") != PARALLEL_BACKEND or "--disable-custom-all-reduce" not in cmd:
-            problems.append(f"the {multi.label} needs --distributed-executor-backend {PARALLEL_BACKEND} and "
-                            "--disable-custom-all-reduce")
-        if gpu_uuid is not None and len(spec.device_uuids) != len(multi.gpus):
-            problems.append(f"the {multi.label} hands over {len(multi.gpus)} GPUs by UUID, the spec has "
-                            f"{len(spec.device_uuids)}")
-    pinning = {key: spec.environment.get(key) for key in EXACT_PINNING_ENV}
-    wanted = EXACT_PINNING_ENV if settings.offload_pinning == "exact" else dict.fromkeys(EXACT_PINNING_ENV)
-    if pinning != wanted:
-        problems.append(f"offload_pinning {settings.offload_pinning}: environment must hold "
-                        + (", ".join(f"{k}={v}" for k, v in EXACT_PINNING_ENV.items())
-                           if settings.offload_pinning == "exact" else f"no {', '.join(EXACT_PINNING_ENV)}"))
-    for label in (KIT_LABEL, LABEL_RUN_ID, LABEL_OWNER_PID, LABEL_OWNER_START, LABEL_OWNER_HOST):
-        if label not in spec.labels:
-            problems.append(f"label {label} missing")
-    if ENGINE_HOME not in spec.tmpfs:
-        problems.append(f"a writable tmpfs HOME at {ENGINE_HOME} is required")
-    if gpu_uuid is not None and spec.gpu_uuid != gpu_uuid:
-        problems.append(f"the GPU must be handed over by UUID {gpu_uuid}, the spec has {spec.gpu_uuid}")
-    return problems

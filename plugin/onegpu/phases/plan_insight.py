@@ -19,7 +19,7 @@ from onegpu.machine.checks import select_gpu
 from onegpu.options import insight_options
 from onegpu.phases.plan import recorded_version, run_disk_free
 from onegpu.phases.plan_ceiling import link_of
-from onegpu.plan import calibrate
+from onegpu.plan import calibrate, propose_text
 from onegpu.plan import operator_score as score_mod
 from onegpu.plan import propose as propose_mod
 from onegpu.plan.kvcache import kv_cache_estimate
@@ -108,12 +108,12 @@ def proposal(pytestconfig, hardware, kit) -> dict:
                               (ckpt.tensors.group_of, ckpt.tensors.group_names))
     gpu_json = None if gpu is None else {k: getattr(gpu, k) for k in ("index", "name", "uuid", "total_bytes",
                                                                        "free_bytes")}
-    doc = propose_mod.proposal_document(
+    doc = propose_text.proposal_document(
         result, req, now_iso(), {"source": hardware.source, "profile": hardware.profile, "gpu": gpu_json}, image,
         {"root": ckpt.root, "weight_bytes": ckpt.weight_bytes, "synthetic": ckpt.synthetic, "files": len(ckpt.files)},
         [r.as_json() for r in rows])
     path = write_json(kit.run_folder / PROPOSAL_FILE, doc)
-    kit.table(PROPOSAL_TITLE, propose_mod.proposal_table(result))
+    kit.table(PROPOSAL_TITLE, propose_text.proposal_table(result))
     kit.receipt.set("proposal", {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
                                  **{k: doc[k] for k in ("proposed", "settings", "alternatives", "derivation",
                                                         "blockers", "unknown", "warnings", "reserve")}})
