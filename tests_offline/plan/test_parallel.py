@@ -9,8 +9,9 @@ from devkit.synth import moe_tensors, nbytes
 from onegpu.checkpoint.model import TensorInfo
 from onegpu.plan.capacity import CHECKS, GPU_CHECKS, capacity_verdicts, kit_plan
 from onegpu.plan.kvcache import kv_cache_estimate
-from onegpu.plan.parallel import parallel_capacity_verdicts, rank_kv, rank_plans, rank_rows
+from onegpu.plan.parallel import parallel_capacity_verdicts, rank_plans, rank_rows
 from onegpu.plan.parallel_rules import PARALLEL_RULES, parallel_rules_json
+from onegpu.plan.rank_kv import rank_kv
 from onegpu.plan.rank_share import SplitModel, pp_layer_range, rank_layout, tensor_share
 from tests_offline.capacity_facts import checkpoint_facts, gpu_device, host, settings_with
 from tests_offline.model_configs import MIMO_V2_FLASH

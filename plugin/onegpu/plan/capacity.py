@@ -18,22 +18,27 @@ from onegpu.checkpoint.model import CheckpointFacts
 from onegpu.checkpoint.towers import has_towers  # the tower sections of config.json, as the launch reads them
 from onegpu.core.units import GIB, gib
 from onegpu.machine.model import GpuDevice, HostFacts
+from onegpu.plan.capacity_host import (
+    CONTAINER_OWN_NEEDS_BYTES,
+    UNCONFIRMED,
+    cgroup_limit,
+    gib_bytes,
+    host_offload,
+    host_ram,
+    pinning_text,
+    run_folder_disk,
+)
 from onegpu.plan.kv_sizing import GPU_UTILIZATION, KvBudget, budget_text, kv_budget
 from onegpu.plan.kvcache import KvEstimate
 from onegpu.plan.offload import OffloadPlan, offload_plan, where_lines
 from onegpu.plan.offload_rules import RULES
-from onegpu.plan.repack import NONE as NO_REPIN
-from onegpu.plan.repack import RepinCost, repack_verdict, repin_cost, repin_short
+from onegpu.plan.repack import repack_verdict, repin_cost
 from onegpu.plan.verdict import Verdict
 from onegpu.plan.verdict import blocked as _blocked
 from onegpu.plan.verdict import ok as _ok
 from onegpu.plan.verdict import unknown as _unknown
 from onegpu.plan.vllm_versions import Accounting, VersionRules, assumed_newest
 
-# Named assumption: what the engine container needs for itself besides the offloaded weights (engine process,
-# tokenizer, CUDA host context, Python heap). Shown as ASSUMED wherever it is used.
-CONTAINER_OWN_NEEDS_BYTES = 8 * GIB
-RUN_FOLDER_DISK_NEED_BYTES = 1 * GIB  # engine log, responses, samples, receipt and report of one run
 
 def table_title(accounting: Accounting) -> str:
     return (f"onegpu capacity, {accounting.label} (header bytes are not the loaded footprint; a pass means no "
@@ -48,14 +53,6 @@ LABELS = {"weights": "weights (headers)", "quantization": "quantization", "offlo
           "kv_cache": "KV cache", "host_offload": "pinned in RAM cap", "host_ram": "host RAM",
           "cgroup": "kit cgroup limit", "repack": "repack after load", "disk": "run folder disk"}
 _ROLE_NAMES = {"routed_experts": "routed experts", "shared_dense": "shared/dense", "embeddings_head": "embeddings/head"}
-_OWN_NEEDS = f"{gib(CONTAINER_OWN_NEEDS_BYTES)} ASSUMED for the container's own needs (engine process, " \
-             "tokenizer, CUDA host context)"
-UNCONFIRMED = ("UNCONFIRMED: exact pinning is read from vLLM's source, not yet measured; a measured landing "
-               "(container memory at READY) confirms it")
-
-
-def _gib_bytes(value_gib: float) -> int:
-    return int(round(value_gib * GIB))
 
 
 def pinning_of(settings) -> str:
@@ -74,12 +71,12 @@ def kit_plan(ckpt: CheckpointFacts, budget_bytes: int, pinning: str = "rounded",
 
 def plan_for(settings, ckpt: CheckpointFacts) -> OffloadPlan:
     """kit_plan for the settings' budget and pinning."""
-    return kit_plan(ckpt, _gib_bytes(settings.cpu_offload_gib), pinning_of(settings))
+    return kit_plan(ckpt, gib_bytes(settings.cpu_offload_gib), pinning_of(settings))
 
 
 def gpu_kv_budget(settings, gpu: GpuDevice, rules: VersionRules, calibration=None) -> KvBudget:
     """What the card leaves for weights and KV after the non-weight reserve (settings' or calibrated)."""
-    reserve = calibration.reserve_bytes if calibration is not None else _gib_bytes(settings.gpu_reserve_gib)
+    reserve = calibration.reserve_bytes if calibration is not None else gib_bytes(settings.gpu_reserve_gib)
     return kv_budget(gpu.total_bytes, gpu.free_bytes, reserve, rules)
 
 
@@ -93,7 +90,7 @@ def capacity_verdicts(settings, gpu: GpuDevice | None, host: HostFacts, ckpt: Ch
     """
     accounting = accounting or assumed_newest()
     plan = plan_for(settings, ckpt)
-    cap = _gib_bytes(settings.container_ram_gib)
+    cap = gib_bytes(settings.container_ram_gib)
     repin = repin_cost(ckpt, plan, accounting)
     container_need = plan.peak_bytes + CONTAINER_OWN_NEEDS_BYTES + (repin.bytes if repin.certainty == "certain" else 0)
     verdicts = [_weights(ckpt), _quantization(ckpt), _offload_plan(ckpt, plan, accounting)]
@@ -105,10 +102,10 @@ def capacity_verdicts(settings, gpu: GpuDevice | None, host: HostFacts, ckpt: Ch
         verdicts += [_gpu_free(gpu, accounting), _gpu_budget(settings, gpu, budget, calibration),
                      _gpu_weights(ckpt, plan, budget.budget_bytes),
                      _kv_cache(kv, plan.gpu_resident_bytes, budget.budget_bytes)]
-    verdicts += [_host_offload(plan, cap, accounting=accounting, repin=repin),
-                 _host_ram(settings, host, cap, plan, container_need, repin),
-                 _cgroup(settings, host, cap, container_need), repack_verdict(ckpt, plan, accounting),
-                 _disk(run_disk_free_bytes)]
+    verdicts += [host_offload(plan, cap, accounting=accounting, repin=repin),
+                 host_ram(settings, host, cap, plan, container_need, repin),
+                 cgroup_limit(settings, host, cap, container_need), repack_verdict(ckpt, plan, accounting),
+                 run_folder_disk(run_disk_free_bytes)]
     return named(verdicts, accounting)
 
 
@@ -180,7 +177,7 @@ def _reserve_text(settings, calibration=None) -> str:
     if calibration is not None:
         return f"{gib(calibration.reserve_bytes)} CALIBRATED FROM {calibration.run_id} (measured: {calibration.how})"
     assumed = settings.assumed.get("gpu_reserve_gib")  # "8.0 (why)"
-    shown = gib(_gib_bytes(settings.gpu_reserve_gib))
+    shown = gib(gib_bytes(settings.gpu_reserve_gib))
     if not assumed:
         return f"{shown} (from the settings)"
     why = assumed.split(" (", 1)[1].removesuffix(")") if " (" in assumed else assumed
@@ -202,19 +199,6 @@ def _gpu_budget(settings, gpu: GpuDevice, kv_budget: KvBudget, calibration=None)
     if budget <= 0:
         return _blocked("gpu_budget", "INSUFFICIENT_VRAM", f"{text}: nothing is left for weights", **nums)
     return _ok("gpu_budget", text, **nums)
-
-
-_ROUNDED_RULE = ("vLLM's default pinning: uva.py:UVAOffloader._maybe_offload_to_cpu pins each parameter and torch's "
-                 "CachingHostAllocator rounds every pinned buffer up to a power of two")
-_EXACT_RULE = ("offload_pinning exact: VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY=1, and cuda_view.cu:"
-               "get_cuda_view_from_cpu_tensor pins a buffer of the parameter's own size")
-
-
-def _pinning_text(plan: OffloadPlan) -> str:
-    if plan.pinning == "exact":
-        return (f"pinned {gib(plan.pinned_exact_bytes)} at their own size ({_EXACT_RULE}; rounded it would be "
-                f"{gib(plan.pinned_rounded_bytes)})")
-    return f"pinned {gib(plan.pinned_rounded_bytes)}, a certain cost ({_ROUNDED_RULE})"
 
 
 def _offload_plan(ckpt: CheckpointFacts, plan: OffloadPlan, accounting: Accounting) -> Verdict:
@@ -239,7 +223,7 @@ def _offload_plan(ckpt: CheckpointFacts, plan: OffloadPlan, accounting: Accounti
         parts.append(f"{len(plan.offloaded)} engine parameters moved whole, in the engine's order, until the budget "
                      f"{gib(plan.budget_bytes)} is crossed ({RULES['budget'].short()}, utils.py:make_layers) = "
                      f"{gib(plan.offloaded_bytes)} logical, which the engine logs as 'Total CPU offloaded "
-                     f"parameters: {round(plan.offloaded_bytes / GIB, 2)}'; {_pinning_text(plan)}")
+                     f"parameters: {round(plan.offloaded_bytes / GIB, 2)}'; {pinning_text(plan)}")
     parts.append(f"{gib(plan.gpu_resident_bytes)} of weights stay on the GPU, {gib(plan.stays_bytes)} of them "
                  "embeddings/head and final norm, which the offloader is never offered")
     gone = []
@@ -299,117 +283,6 @@ def _kv_cache(kv: KvEstimate, resident: int, budget: int) -> Verdict:
                                                        f"{gib(need - budget)}", over_bytes=need - budget, **nums)
     return _ok("kv_cache", f"no definite failure: {text}, {gib(budget - need)} below the GPU budget {gib(budget)}",
                **nums)
-
-
-def _pinned_need_text(plan: OffloadPlan) -> str:
-    return (f"{len(plan.offloaded)} offloaded parameters, {gib(plan.offloaded_bytes)} logical (the budget's figure), "
-            f"{_pinning_text(plan)}; peak while offloading {gib(plan.peak_bytes)} (pinned so far + the pageable copy "
-            "of the parameter being pinned)")
-
-
-def _repin_clause(repin: RepinCost, need: int, cap: int, what: str) -> str:
-    """How a repack's re-pin stands against a cap: counted when certain, shown with its effect when possible."""
-    if repin.certainty is None:
-        return ""
-    if repin.certainty == "certain":
-        return f"; counted: {repin_short(repin)}"
-    after = need + repin.bytes
-    effect = (f"would exceed the {what} {gib(cap)} by {gib(after - cap)}" if after > cap
-              else f"would still fit the {what} {gib(cap)}")
-    return f"; not counted: {repin_short(repin)}: with it {gib(after)}, which {effect}"
-
-
-def _host_offload(plan: OffloadPlan, cap: int, own_needs: int = CONTAINER_OWN_NEEDS_BYTES,
-                  own_text: str = _OWN_NEEDS, accounting: Accounting | None = None,
-                  repin: RepinCost = NO_REPIN) -> Verdict:
-    """The container's RAM cap against what it must hold; `own_needs` and `own_text` name the ASSUMED needs of
-    the engine's own processes (one engine process by default); a repack's re-pin is counted when certain."""
-    accounting = accounting or assumed_newest()
-    room = cap - own_needs
-    need = plan.peak_bytes + own_needs + (repin.bytes if repin.certainty == "certain" else 0)
-    nums = dict(offloaded_bytes=plan.offloaded_bytes, pinned_bytes=plan.pinned_bytes,
-                pinned_rounded_bytes=plan.pinned_rounded_bytes, pinned_exact_bytes=plan.pinned_exact_bytes,
-                peak_bytes=plan.peak_bytes, pinning=plan.pinning, pinning_confirmed=plan.pinning == "rounded",
-                container_ram_cap_bytes=cap, own_needs_bytes=own_needs, room_bytes=room,
-                need_bytes=need, own_needs_assumed=True, accounting=accounting.label, **repin.as_numbers())
-    if not plan.offloaded:
-        text = f"nothing is offloaded, nothing is pinned; RAM cap {gib(cap)} minus {own_text} leaves {gib(room)}"
-        if need > cap:  # the container's own needs alone do not fit its cap
-            return _blocked("host_offload", "INSUFFICIENT_HOST_RAM",
-                            f"the container's own needs exceed its RAM cap by {gib(need - cap)}: {text}", **nums)
-        return _ok("host_offload", f"no definite failure: {text}", **nums)
-    text = (f"{_pinned_need_text(plan)} + {own_text} = {gib(need)} vs RAM cap {gib(cap)}"
-            f"{_repin_clause(repin, need, cap, 'RAM cap')}")
-    if plan.pinning == "exact":
-        text += f"; {UNCONFIRMED}"
-    if need > cap:
-        return _blocked("host_offload", "INSUFFICIENT_HOST_RAM",
-                        f"what the container must hold exceeds its RAM cap by {gib(need - cap)}: {text}", **nums)
-    return _ok("host_offload", f"no definite failure: {text}", **nums)
-
-
-def _host_need(cap: int, container_need: int, headroom: int) -> tuple[int, str]:
-    """(bytes the host must have, how): the cap, or the pinned need where that is larger, plus the headroom."""
-    if container_need > cap:
-        return container_need + headroom, (f"the container's pinned need {gib(container_need)} (above its RAM cap "
-                                           f"{gib(cap)}, so it counts instead) + host headroom {gib(headroom)}")
-    return cap + headroom, f"RAM cap {gib(cap)} (it holds the pinned need {gib(container_need)}) + host headroom " \
-                           f"{gib(headroom)}"
-
-
-def _host_ram(settings, host: HostFacts, cap: int, plan: OffloadPlan, container_need: int,
-              repin: RepinCost = NO_REPIN) -> Verdict:
-    headroom = _gib_bytes(settings.host_headroom_gib)
-    need, how = _host_need(cap, container_need, headroom)
-    nums = dict(container_ram_cap_bytes=cap, host_headroom_bytes=headroom, need_bytes=need,
-                container_need_bytes=container_need, pinned_bytes=plan.pinned_bytes,
-                host_available_bytes=host.ram_available_bytes, pinning=plan.pinning, **repin.as_numbers())
-    if host.ram_available_bytes is None:
-        return _unknown("host_ram", f"host RAM unknown (the replayed profile leaves it unset; state it with "
-                                    f"--host-ram-gib N): {how} = {gib(need)} cannot be checked", **nums)
-    who = "stated by the operator" if host.ram_stated_by_operator else "available now"
-    text = f"{how} = {gib(need)} vs host RAM {who} {gib(host.ram_available_bytes)}"
-    if need > host.ram_available_bytes:
-        text += f": short by {gib(need - host.ram_available_bytes)}"
-    if repin.certainty == "possible":
-        # the re-pin lands in the container: it moves the host figure only where it lifts the container above its cap
-        lifted = max(cap, container_need + repin.bytes) + headroom
-        if lifted > need:
-            text += (f"; not counted: {repin_short(repin)}: with it the host would need {gib(lifted)}, which "
-                     + (f"exceeds it by {gib(lifted - host.ram_available_bytes)}"
-                        if lifted > host.ram_available_bytes else "still fits"))
-    if need > host.ram_available_bytes:
-        return _blocked("host_ram", "INSUFFICIENT_HOST_RAM", text, **nums)
-    return _ok("host_ram", f"no definite failure: {text}", **nums)
-
-
-def _cgroup(settings, host: HostFacts, cap: int, container_need: int) -> Verdict:
-    need, how = _host_need(cap, container_need, _gib_bytes(settings.host_headroom_gib))
-    cg = host.cgroup
-    nums = dict(need_bytes=need, container_need_bytes=container_need, cgroup_limit_bytes=cg.memory_limit_bytes,
-                cgroup_path=cg.path)
-    if cg.version is None:
-        return _ok("cgroup", "no cgroup filesystem recorded: no cgroup memory limit known", **nums)
-    if cg.memory_limit_bytes is None:
-        return _ok("cgroup", f"no definite failure: cgroup v{cg.version} {cg.path} has no memory limit", **nums)
-    if need > cg.memory_limit_bytes:
-        return _blocked("cgroup", "CGROUP_LIMIT",
-                        f"{how} = {gib(need)} exceed the memory limit {gib(cg.memory_limit_bytes)} of the kit's "
-                        f"cgroup v{cg.version} {cg.path}", **nums)
-    return _ok("cgroup", f"no definite failure: {how} = {gib(need)} within the cgroup v{cg.version} "
-                         f"limit {gib(cg.memory_limit_bytes)}", **nums)
-
-
-def _disk(free: int | None) -> Verdict:
-    need = RUN_FOLDER_DISK_NEED_BYTES
-    if free is None:
-        return _unknown("disk", f"free disk at the run folder not recorded (a replayed profile without a run-folder "
-                                f"disk): a run needs {gib(need)}", need_bytes=need)
-    nums = dict(free_bytes=free, need_bytes=need)
-    if free < need:
-        return _blocked("disk", "DISK_FULL", f"run folder disk has {gib(free)} free; a run needs at least {gib(need)} "
-                                             "(engine log, responses, samples, receipt, report)", **nums)
-    return _ok("disk", f"no definite failure: {gib(free)} free at the run folder, a run needs {gib(need)}", **nums)
 
 
 def capacity_table(verdicts: list[Verdict]) -> list[str]:

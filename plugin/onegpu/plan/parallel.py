@@ -18,20 +18,13 @@ from msgspec.structs import replace
 from onegpu.checkpoint.model import CheckpointFacts
 from onegpu.core.units import gib
 from onegpu.machine.model import GpuDevice, HostFacts
-from onegpu.plan import kvcache
 from onegpu.plan.capacity import (
-    CONTAINER_OWN_NEEDS_BYTES,
     GPU_CHECKS,
     Verdict,
     _blocked,
-    _cgroup,
-    _disk,
-    _gib_bytes,
     _gpu_budget,
     _gpu_free,
     _gpu_weights,
-    _host_offload,
-    _host_ram,
     _kv_cache,
     _quantization,
     _unknown,
@@ -41,17 +34,22 @@ from onegpu.plan.capacity import (
     named,
     pinning_of,
 )
-from onegpu.plan.kv_pool import KvPool, LayerSpec, kv_pool
+from onegpu.plan.capacity_host import (
+    CONTAINER_OWN_NEEDS_BYTES,
+    cgroup_limit,
+    gib_bytes,
+    host_offload,
+    host_ram,
+    run_folder_disk,
+)
 from onegpu.plan.kvcache import KvEstimate
 from onegpu.plan.offload import OffloadPlan, spans
 from onegpu.plan.parallel_rules import PARALLEL_RULES
+from onegpu.plan.rank_kv import rank_estimate, rank_kv
 from onegpu.plan.rank_share import (
     RankLayout,
     RankPlace,
-    attention_dims,
-    layer_kinds,
     rank_layout,
-    rank_place,
     split_refusals,
     split_unplaced,
 )
@@ -71,88 +69,6 @@ def rank_plans(ckpt: CheckpointFacts, tp: int, pp: int, budget_bytes: int, pinni
     return plans
 
 
-# ---- KV cache per rank -------------------------------------------------------------------------------------------
-
-_SPEC_KIND = {"full_attention": "full", "sliding_attention": "sliding", "mla": "mla"}
-
-
-class RankKv(Struct, frozen=True):
-    """One rank's KV pool for one request; bytes None means UNKNOWN (see reason)."""
-
-    bytes: int | None
-    unknown_reason: str | None
-    attention_layers: int = 0
-    pool: KvPool | None = None
-
-
-def _rank_bytes_per_token(group_kind: str, bytes_per_token: int, cfg: dict, tp: int) -> int | str:
-    """A layer's per-token bytes on one rank (RULES 'kv_heads'), or why it cannot be split exactly."""
-    if group_kind == "mla":
-        return bytes_per_token  # one latent, replicated on every rank
-    dims = attention_dims(cfg, group_kind == "sliding_attention")
-    if dims is None:
-        return "config.json does not state the KV heads"
-    kv = dims[1]
-    if bytes_per_token % kv:
-        return f"{bytes_per_token} B per token do not split over {kv} KV heads"
-    return bytes_per_token // kv * max(1, kv // tp)
-
-
-def _rank_specs(pool: KvPool, cfg: dict, tp: int, kinds: list[str], place: RankPlace) -> list[LayerSpec] | str:
-    """The rank's attention layers in model order, each at its per-rank bytes, or why not."""
-    per_kind: dict[str, LayerSpec] = {}
-    for g in pool.groups:
-        per_token = _rank_bytes_per_token(g.kind, g.bytes_per_token, cfg, tp)
-        if isinstance(per_token, str):
-            return per_token
-        per_kind[_SPEC_KIND[g.kind]] = LayerSpec(g.kind, per_token, g.window)
-    specs = []
-    for layer, kind in enumerate(kinds):
-        if kind in per_kind and place.holds_layer(layer):
-            specs.append(per_kind[kind])
-    return specs
-
-
-def _uniform(pool: KvPool) -> bool:
-    """One KV cache group of every layer: vLLM's grouping does not depend on which stage holds which layer."""
-    return all(g.groups == 1 and g.padded_layers == 0 for g in pool.groups) and \
-        pool.layers_per_group == sum(g.layers for g in pool.groups)
-
-
-def rank_kv(kv: KvEstimate, config: dict, tp: int, pp: int, rank: int,
-            partition: tuple[int, ...] | None = None) -> RankKv:
-    """One rank's share of the KV estimate: its stage's attention layers, each with KV heads / TP (at least one
-    head, RULES 'kv_heads'), in vLLM's pool arithmetic (RULES 'kv_workers'). UNKNOWN where the estimate's shape
-    does not split exactly."""
-    if kv.bytes is None:
-        return RankKv(None, kv.unknown_reason)
-    if kv.pool is None:
-        return RankKv(None, "the estimate sums recurrent-state layers on their own, outside vLLM's pool arithmetic; "
-                            "the kit does not split them per rank")
-    kinds = layer_kinds(config)
-    if kinds is None:
-        return RankKv(None, "the layer kinds of config.json cannot be read again to place them on the stages")
-    cfg = kvcache._text_config(config, [])  # as the estimate read it
-    place = rank_place(rank, tp, pp, len(kinds), partition)
-    if pp > 1 and not _uniform(kv.pool):
-        return RankKv(None, "layers of different KV specs form several KV cache groups over the whole model, which "
-                            "vLLM projects onto each stage's layers (kv_cache_utils.py:get_kv_cache_configs); the kit "
-                            "does not model that projection")
-    specs = _rank_specs(kv.pool, cfg, tp, kinds, place)
-    if isinstance(specs, str):
-        return RankKv(None, specs)
-    if not specs:
-        return RankKv(0, None, 0, None)
-    p = kv.pool
-    pool = kv_pool(specs, p.max_model_len, p.max_num_batched_tokens, p.block_size, p.async_scheduling)
-    return RankKv(pool.required_bytes, None, len(specs), pool)
-
-
-def _rank_estimate(kv: KvEstimate, share: RankKv) -> KvEstimate:
-    """The estimate as one rank's: its bytes and pool, or UNKNOWN with the rank's reason."""
-    if share.bytes is None:
-        return replace(kv, bytes=None, unknown_reason=share.unknown_reason)
-    return replace(kv, bytes=share.bytes, pool=share.pool)
 
 
 # ---- everything one rank needs -----------------------------------------------------------------------------------
@@ -170,13 +86,13 @@ def rank_facts(settings, gpus: list[GpuDevice | None], ckpt: CheckpointFacts, kv
     """Every rank in rank order; GPU i of `gpus` is rank i (RULES 'rank_order')."""
     if len(gpus) != tp * pp:
         raise ValueError(f"{len(gpus)} GPUs for TP {tp} x PP {pp} = {tp * pp} ranks")
-    budget = _gib_bytes(settings.cpu_offload_gib)
+    budget = gib_bytes(settings.cpu_offload_gib)
     out = []
     for rank, gpu in enumerate(gpus):
         rl = rank_layout(ckpt, tp, pp, rank, partition)
         plan = kit_plan(rl.ckpt, budget, pinning_of(settings), layout=rl.layout)
         share = rank_kv(kv, ckpt.config or {}, tp, pp, rank, partition)
-        out.append(RankFacts(rl.place, gpu, rl, plan, _rank_estimate(kv, share)))
+        out.append(RankFacts(rl.place, gpu, rl, plan, rank_estimate(kv, share)))
     return out
 
 
@@ -347,14 +263,14 @@ def _host_verdicts(settings, host: HostFacts, ckpt: CheckpointFacts, ranks: list
     total = host_total_plan([r.plan for r in ranks])
     workers = len(ranks)
     own = workers * CONTAINER_OWN_NEEDS_BYTES
-    cap = _gib_bytes(settings.container_ram_gib)
+    cap = gib_bytes(settings.container_ram_gib)
     repin = repin_cost(ckpt, total, accounting)
     container_need = total.peak_bytes + own + (repin.bytes if repin.certainty == "certain" else 0)
     per_rank = [{"rank": r.place.rank, "pinned_bytes": r.plan.pinned_bytes, "peak_bytes": r.plan.peak_bytes,
                  "offloaded_bytes": r.plan.offloaded_bytes} for r in ranks]
-    verdicts = [_host_offload(total, cap, own, _own_needs_text(workers), accounting, repin),
-                _host_ram(settings, host, cap, total, container_need, repin),
-                _cgroup(settings, host, cap, container_need), repack_verdict(ckpt, total, accounting)]
+    verdicts = [host_offload(total, cap, own, _own_needs_text(workers), accounting, repin),
+                host_ram(settings, host, cap, total, container_need, repin),
+                cgroup_limit(settings, host, cap, container_need), repack_verdict(ckpt, total, accounting)]
     summed = f"{label}, every worker together (the {workers} workers' peaks added up, an upper bound)"
     contexts = (summed, summed, summed, f"{label}, every worker's offloaded parameters")
     return [replace(v, message=f"{context}: {v.message}",
@@ -384,7 +300,7 @@ def parallel_capacity_verdicts(settings, gpus: list[GpuDevice | None], host: Hos
     return named([_weights(ckpt), _quantization(ckpt),
                   _offload_plan_verdict(ckpt, ranks, label, refusal, unplaced, accounting),
                   *[_combined(c, label, ranks, [v[c] for v in per_rank]) for c in GPU_CHECKS],
-                  *host_checks, _disk(run_disk_free_bytes)], accounting)
+                  *host_checks, run_folder_disk(run_disk_free_bytes)], accounting)
 
 
 # ---- the table ---------------------------------------------------------------------------------------------------
@@ -410,4 +326,3 @@ def rank_rows(settings, gpus: list[GpuDevice | None], ckpt: CheckpointFacts, kv:
                 f"  peak {gib(total.peak_bytes)} + {gib(own)} ASSUMED own needs ({len(ranks)} x "
                 f"{gib(CONTAINER_OWN_NEEDS_BYTES)}) = {gib(total.peak_bytes + own)}")
     return rows
-

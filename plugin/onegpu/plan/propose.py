@@ -18,7 +18,8 @@ from msgspec import Struct, field
 from onegpu.core import strict_json
 from onegpu.core.shown import as_json
 from onegpu.core.units import GIB, gib
-from onegpu.plan.capacity import CONTAINER_OWN_NEEDS_BYTES, GPU_UTILIZATION, UNCONFIRMED, capacity_verdicts, kit_plan
+from onegpu.plan.capacity import GPU_UTILIZATION, capacity_verdicts, kit_plan
+from onegpu.plan.capacity_host import CONTAINER_OWN_NEEDS_BYTES, UNCONFIRMED
 from onegpu.plan.ceiling import Link
 from onegpu.plan.ceiling_record import plan_ceiling, plan_ceiling_text
 from onegpu.plan.kv_sizing import kv_budget
