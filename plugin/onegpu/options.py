@@ -15,6 +15,7 @@ from msgspec import Struct
 
 from onegpu.checkpoint.files import cache_layout, list_files
 from onegpu.checkpoint.hf_cache_auth import PublisherHashes, PublisherHashesError, parse_publisher_hashes
+from onegpu.core import strict_json
 from onegpu.core.jsonable import FactsFormatError
 from onegpu.core.outcomes import Blocked
 from onegpu.custody.flow import Reuse
@@ -48,6 +49,7 @@ class InsightOptions(Struct, frozen=True):
 
 
 INSIGHT_KEY = pytest.StashKey[InsightOptions]()
+MAX_OPTION_FILE_BYTES = 100_000_000  # above every option file's own limit (a publisher's hash list the largest)
 
 
 def add_options(parser) -> None:
@@ -156,10 +158,7 @@ def _read_custody_options(config) -> CustodyOptions:
     publisher = reuse = None
     given = config.getoption("publisher_hashes")
     if given:
-        try:
-            raw = Path(given).read_bytes()
-        except OSError as exc:
-            raise pytest.UsageError(f"--publisher-hashes {given}: cannot read ({exc.strerror})") from None
+        raw = _read_bytes("--publisher-hashes", given)
         try:
             publisher = parse_publisher_hashes(raw, str(Path(given).absolute()), hashlib.sha256(raw).hexdigest())
         except PublisherHashesError as exc:
@@ -178,10 +177,11 @@ def _read_custody_options(config) -> CustodyOptions:
 
 
 def _read_bytes(option: str, given: str) -> bytes:
+    """An option file's bytes, bounded: each file's own parser then holds it to its own, smaller, limit."""
     try:
-        return Path(given).read_bytes()
-    except OSError as exc:
-        raise pytest.UsageError(f"{option} {given}: cannot read ({exc.strerror})") from None
+        return strict_json.read_bounded(Path(given), MAX_OPTION_FILE_BYTES)
+    except strict_json.JSONFileError as exc:
+        raise pytest.UsageError(f"{option} {given}: {exc}") from None
 
 
 def _read_request(config) -> propose_mod.ProposalRequest | None:

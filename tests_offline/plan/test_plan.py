@@ -94,9 +94,11 @@ def test_changed_plan_is_blocked_plan_changed_and_an_unchanged_one_holds():
 
 def test_an_unreadable_approved_plan_names_the_rule(tmp_path):
     cases = {"missing.json": None, "bad.json": b"{not json", "other.json": b'{"schema": "onegpu/receipt@1"}',
-             "noid.json": json.dumps({"schema": PLAN_SCHEMA, "identity": {"image_id": "x"}}).encode()}
+             "noid.json": json.dumps({"schema": PLAN_SCHEMA, "identity": {"image_id": "x"}}).encode(),
+             # read as strictly as every other file of the kit: a second "identity" is not silently the one used
+             "twice.json": b'{"schema": "onegpu/plan@1", "identity": {}, "identity": {}}'}
     expected = {"missing.json": "no such file", "bad.json": "not JSON", "other.json": "field 'schema'",
-                "noid.json": "identity.gpu_uuid"}
+                "noid.json": "identity.gpu_uuid", "twice.json": "not JSON (duplicate key 'identity')"}
     for name, data in cases.items():
         if data is not None:
             (tmp_path / name).write_bytes(data)

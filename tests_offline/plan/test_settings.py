@@ -292,3 +292,24 @@ def test_a_session_reads_and_judges_its_settings_file_once(kit_project, monkeypa
     assert (folder / "settings.json").read_bytes() == text
     receipt = json.loads((folder / "receipt.json").read_text())
     assert receipt["timeout_backstop_s"] > 7200  # the backstop was set from the same reading (deadline_s 7200)
+
+
+def test_the_one_json_file_reader_is_bounded_and_strict(tmp_path):
+    """Every JSON file of the kit goes through strict_json.load_file: a file over its limit is refused by its size
+    before it is read (a sparse 1 TiB file costs nothing here), and what it reads is strict JSON."""
+    huge = tmp_path / "huge.json"
+    with open(huge, "wb") as fh:
+        fh.truncate(2**40)
+    with pytest.raises(strict_json.JSONFileError) as big:
+        strict_json.load_file(huge, 1_000_000)
+    assert (big.value.kind, big.value.size) == ("too_large", 2**40)
+    assert errors_of(huge) == [f"{2**40} bytes: a settings file must be under 1,000,000 bytes"]
+    (tmp_path / "twice.json").write_bytes(b'{"a": 1, "a": 2}')
+    with pytest.raises(strict_json.JSONFileError, match="duplicate key 'a'") as twice:
+        strict_json.load_file(tmp_path / "twice.json", 100)
+    assert twice.value.kind == "not_json"
+    with pytest.raises(strict_json.JSONFileError, match="no such file") as missing:
+        strict_json.load_file(tmp_path / "absent.json", 100)
+    assert missing.value.kind == "missing"
+    (tmp_path / "edge.json").write_bytes(b"[1]" + b" " * 97)
+    assert strict_json.load_file(tmp_path / "edge.json", 100) == ([1], b"[1]" + b" " * 97)  # exactly at the limit

@@ -1,6 +1,9 @@
 """JSON read strictly: duplicate keys, NaN/Infinity and numbers beyond a 64-bit float are errors, not silent
 last-one-wins, infinities or floats.
 
+`load_file` is the one reader of the kit's JSON files (settings, plan.json, receipts, manifests): bounded, strict,
+its errors worded without the file's name so that each caller says which file and which option.
+
 Two readers with one meaning. `loads` is the reference: the standard library's parser with hooks that refuse
 duplicates and constants, and that names where the text breaks. `loads_proven` is for the large files of a
 checkpoint (a terabyte checkpoint's index and headers hold ~10^5 objects, where a Python hook per object
@@ -15,6 +18,8 @@ the result does not account for.
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import msgspec
 
@@ -105,3 +110,37 @@ def colons_accounted(value) -> int | None:
             return None
         count += inner
     return count
+
+
+class JSONFileError(ValueError):
+    """A JSON file the kit cannot take. `kind` is "missing", "unreadable", "too_large" or "not_json"; `size` is
+    the file's size in bytes where it was too large; the message says why without naming the file."""
+
+    def __init__(self, kind: str, message: str, size: int | None = None):
+        super().__init__(message)
+        self.kind, self.size = kind, size
+
+
+def read_bounded(path: Path, limit: int) -> bytes:
+    """A file's bytes, refused (too_large, with its size) beyond `limit` without reading more than one byte past it."""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            raw = b"" if size > limit else fh.read(limit + 1)  # a file that grows while read stops one byte over
+    except FileNotFoundError:
+        raise JSONFileError("missing", "no such file") from None
+    except OSError as exc:
+        raise JSONFileError("unreadable", f"cannot read ({exc.strerror})") from None
+    if size > limit or len(raw) > limit:
+        size = max(size, len(raw))
+        raise JSONFileError("too_large", f"{size:,} bytes, over the {limit:,} a file of its kind holds", size)
+    return raw
+
+
+def load_file(path: Path, limit: int):
+    """(value, bytes) of a strict JSON file of at most `limit` bytes; raises JSONFileError."""
+    raw = read_bounded(path, limit)
+    try:
+        return loads(raw), raw
+    except (StrictJSONError, UnicodeDecodeError) as exc:
+        raise JSONFileError("not_json", str(exc)) from None

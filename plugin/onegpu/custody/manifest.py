@@ -30,6 +30,7 @@ from onegpu.evidence.receipt import now_iso
 from onegpu.evidence.rundir import write_json
 
 MANIFEST_SCHEMA = "onegpu/manifest@1"
+MAX_MANIFEST_BYTES = 200_000_000  # a row is about 200 bytes: a million files
 # One read buffer per worker. 256 KiB (hashlib.file_digest's own size) stays in the core's L2 cache between the
 # copy out of the page cache and the hash; with two threads, 4 MiB buffers measured 1.2-1.4 GB/s against
 # 1.6-1.7 GB/s for 256 KiB on page-cached files (benchmarks/RESULTS.md, chunk size). Still far above the 2048 bytes from
@@ -293,12 +294,8 @@ def load_manifest(path: Path, for_reuse: bool = True) -> tuple[dict, str]:
     digests (for_reuse False: compare, calibration), a row needs no mtime or inode: a manifest shared as evidence
     may have had them removed."""
     try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise ManifestError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        data = strict_json.loads(raw)
-    except (strict_json.StrictJSONError, UnicodeDecodeError) as exc:
+        data, raw = strict_json.load_file(Path(path), MAX_MANIFEST_BYTES)
+    except strict_json.JSONFileError as exc:
         raise ManifestError(f"{path}: {exc}") from None
     if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
         raise ManifestError(f"{path}: field 'schema' must be {MANIFEST_SCHEMA!r} (a manifest.json of a run folder)")

@@ -13,6 +13,7 @@ from onegpu.core import strict_json
 from onegpu.core.jsonable import FactsFormatError, from_json, to_json
 
 SCHEMA = "onegpu/hardware@1"
+MAX_PROFILE_BYTES = 10_000_000  # a recorded machine: a few kilobytes
 
 
 class GpuProcess(Struct, frozen=True):
@@ -169,11 +170,10 @@ def facts_from_json(data: dict, where: str = "profile") -> HardwareFacts:
 def load_profile(path: Path) -> HardwareFacts:
     """Read a recorded profile (or a run folder's hardware.json) for --hardware replay."""
     try:
-        data = strict_json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise FactsFormatError(f"--hardware {path}: no such file") from None
-    except (OSError, ValueError) as exc:
-        raise FactsFormatError(f"--hardware {path}: not readable JSON ({exc})") from None
+        data, _ = strict_json.load_file(path, MAX_PROFILE_BYTES)
+    except strict_json.JSONFileError as exc:
+        problem = "no such file" if exc.kind == "missing" else f"not readable JSON ({exc})"
+        raise FactsFormatError(f"--hardware {path}: {problem}") from None
     try:
         return facts_from_json(data, where="$")
     except FactsFormatError as exc:

@@ -11,6 +11,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from onegpu.core import strict_json
 from onegpu.core.jsonable import to_json
 from onegpu.core.outcomes import Blocked
 from onegpu.machine.checks import select_gpu
@@ -91,17 +92,11 @@ def plan_digest(document: dict) -> str:
 def load_plan(path: Path) -> tuple[dict, str]:
     """(document, SHA-256 of the file's bytes) of an approved plan; raises PlanFileError naming the rule."""
     try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise PlanFileError(f"--plan {path}: no such file") from None
-    except OSError as exc:
-        raise PlanFileError(f"--plan {path}: cannot read ({exc.strerror})") from None
-    if len(raw) > MAX_PLAN_BYTES:
-        raise PlanFileError(f"--plan {path}: {len(raw):,} bytes, a plan is under {MAX_PLAN_BYTES:,}")
-    try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise PlanFileError(f"--plan {path}: not JSON ({exc})") from None
+        doc, raw = strict_json.load_file(Path(path), MAX_PLAN_BYTES)
+    except strict_json.JSONFileError as exc:
+        problem = (f"{exc.size:,} bytes, a plan is under {MAX_PLAN_BYTES:,}" if exc.kind == "too_large" else
+                   f"not JSON ({exc})" if exc.kind == "not_json" else str(exc))
+        raise PlanFileError(f"--plan {path}: {problem}") from None
     if not isinstance(doc, dict) or doc.get("schema") != PLAN_SCHEMA:
         found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
         raise PlanFileError(f"--plan {path}: field 'schema' must be {PLAN_SCHEMA!r}, found {found!r} (give the "

@@ -19,6 +19,7 @@ from onegpu.core.shown import as_json
 
 OWN_SCHEMA = "onegpu/settings@1"
 LEGACY_SCHEMA = "axm/one-gpu-settings@1"
+MAX_SETTINGS_BYTES = 1_000_000
 
 KV_CACHE_DTYPES = tuple(KV_DTYPES)  # kv_dtypes.py: one row per value
 # How vLLM's UVA offloader holds the offloaded weights in host RAM (onegpu.engine.launch sets the engine's env from it):
@@ -348,16 +349,12 @@ def load_settings(path: Path) -> Settings:
 
 def read_settings_bytes(path: Path) -> bytes:
     """A settings file's bytes; raises SettingsError when it cannot be read or is too large to be one."""
-    shown = str(path)
     try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise SettingsError(shown, ["no such file"]) from None
-    except OSError as exc:
-        raise SettingsError(shown, [f"cannot read ({exc.strerror})"]) from None
-    if len(raw) > 1_000_000:
-        raise SettingsError(shown, [f"{len(raw)} bytes: a settings file must be under 1,000,000 bytes"])
-    return raw
+        return strict_json.read_bounded(Path(path), MAX_SETTINGS_BYTES)
+    except strict_json.JSONFileError as exc:
+        problem = (f"{exc.size} bytes: a settings file must be under {MAX_SETTINGS_BYTES:,} bytes"
+                   if exc.kind == "too_large" else str(exc))
+        raise SettingsError(str(path), [problem]) from None
 
 
 def settings_of_bytes(raw: bytes, shown: str) -> Settings:

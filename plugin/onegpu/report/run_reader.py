@@ -48,15 +48,11 @@ def read_run(folder: Path) -> RunFolder:
     if not path.is_file():
         raise NotARunFolder(f"{folder}: not a run folder (no receipt.json in it)")
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise NotARunFolder(f"{path}: cannot read ({exc.strerror})") from None
-    if len(raw) > MAX_RECEIPT_BYTES:
-        raise NotARunFolder(f"{path}: {len(raw):,} bytes, more than a receipt holds ({MAX_RECEIPT_BYTES:,})")
-    try:
-        receipt = strict_json.loads(raw)
-    except (strict_json.StrictJSONError, UnicodeDecodeError) as exc:
-        raise NotARunFolder(f"{path}: not a readable receipt ({exc})") from None
+        receipt, _ = strict_json.load_file(path, MAX_RECEIPT_BYTES)
+    except strict_json.JSONFileError as exc:
+        problem = (f"{exc.size:,} bytes, more than a receipt holds ({MAX_RECEIPT_BYTES:,})" if exc.kind == "too_large"
+                   else f"not a readable receipt ({exc})" if exc.kind == "not_json" else str(exc))
+        raise NotARunFolder(f"{path}: {problem}") from None
     if not isinstance(receipt, dict) or receipt.get("schema") != RECEIPT_SCHEMA:
         raise NotARunFolder(f"{path}: field 'schema' must be {RECEIPT_SCHEMA!r} (a receipt the kit wrote)")
     try:
@@ -121,11 +117,8 @@ def _recorded(folder: Path) -> dict | None:
     """An earlier session's receipt (its journal folded in) where it is one the kit wrote; None otherwise."""
     path = folder / "receipt.json"
     try:
-        raw = path.read_bytes()
-        if len(raw) > MAX_RECEIPT_BYTES:
-            return None
-        receipt = apply_journal(strict_json.loads(raw), folder)
-    except (OSError, ValueError, TypeError, AttributeError, UnicodeDecodeError, strict_json.StrictJSONError):
+        receipt = apply_journal(strict_json.load_file(path, MAX_RECEIPT_BYTES)[0], folder)
+    except (OSError, ValueError, TypeError, AttributeError):  # JSONFileError is a ValueError
         return None  # not a receipt the kit can read: it records nothing
     return receipt if isinstance(receipt, dict) and receipt.get("schema") == RECEIPT_SCHEMA else None
 

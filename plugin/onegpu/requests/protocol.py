@@ -228,11 +228,11 @@ def load_protocol(path: Path, *, context_tokens: int, requests_sha256: str) -> P
     """Read and bind a protocol file; raises ProtocolError (never a traceback for bad input)."""
     shown = str(path)
     try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise ProtocolError(shown, ["file: no such file"]) from None
-    except OSError as exc:
-        raise ProtocolError(shown, [f"file: cannot read ({exc.strerror})"]) from None
+        raw = strict_json.read_bounded(Path(path), MAX_PROTOCOL_BYTES)
+    except strict_json.JSONFileError as exc:
+        problem = (f"{exc.size} bytes: a protocol file must be under {MAX_PROTOCOL_BYTES} bytes"
+                   if exc.kind == "too_large" else str(exc))
+        raise ProtocolError(shown, [f"file: {problem}"]) from None
     return bind_protocol(raw, path=shown, context_tokens=context_tokens, requests_sha256=requests_sha256)
 
 
