@@ -340,7 +340,13 @@ def kit_source() -> Path:
 
 def with_kit_on_path(env: dict[str, str]) -> dict[str, str]:
     """`env` with this process's onegpu source folder first on PYTHONPATH, so that a session imports the same kit
-    even where another checkout's editable install adds its own plugin/ folder through a .pth file."""
+    even where another checkout's editable install adds its own plugin/ folder through a .pth file; and without the
+    variables of a CI provider, which pytest-metadata copies into report.html's Environment (CI=true on a CI
+    machine, nothing on a workstation: the same session shows the same report on both)."""
+    from pytest_metadata.plugin import CONTINUOUS_INTEGRATION
+
+    ci_variables = {name for provider in CONTINUOUS_INTEGRATION for name in provider}
+    env = {k: v for k, v in env.items() if k not in ci_variables}
     source = kit_source()
     if source.name == "site-packages":
         return env
