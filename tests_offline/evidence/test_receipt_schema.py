@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from onegpu.evidence.receipt import Receipt, read_receipt
-from onegpu.evidence.receipt_schema import SECTIONS, UndeclaredReceiptField, undeclared_fields
+from onegpu.evidence.receipt_check import UndeclaredReceiptField, undeclared_fields
+from onegpu.evidence.receipt_schema import SECTIONS
 from onegpu.evidence.rundir import create_run_folder
 from onegpu.report import share_summary, summary
 from tests_offline.paths import DATA, REPO_ROOT

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from onegpu.evidence.receipt_schema import SCHEMA, ReceiptData, check_entry, check_write, declared_view
+from onegpu.evidence.receipt_check import check_entry, check_write, declared_view
+from onegpu.evidence.receipt_schema import SCHEMA, ReceiptData
 from onegpu.evidence.rundir import open_private_append, write_json
 
 JOURNAL = "receipt.journal.jsonl"
@@ -112,7 +113,7 @@ class Receipt:
         self.save()
 
     def view(self) -> ReceiptData:
-        """The data as renderers read it: every read checked against the schema (receipt_schema.declared_view)."""
+        """The data as renderers read it: every read checked against the schema (receipt_check.declared_view)."""
         return declared_view(self.data)
 
     def set(self, section: str, value) -> None:

@@ -18,7 +18,8 @@ from onegpu.core.jsonable import to_json
 from onegpu.custody.manifest import ManifestError, load_manifest
 from onegpu.evidence.receipt import JOURNAL, apply_journal
 from onegpu.evidence.receipt import SCHEMA as RECEIPT_SCHEMA
-from onegpu.evidence.receipt_schema import ReceiptData, declared_view
+from onegpu.evidence.receipt_check import declared_view
+from onegpu.evidence.receipt_schema import ReceiptData
 from onegpu.plan.settings import Settings, SettingsError, load_settings
 
 MAX_RECEIPT_BYTES = 200_000_000
