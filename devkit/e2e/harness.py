@@ -28,8 +28,6 @@ import time
 import uuid
 from pathlib import Path
 
-from onegpu.evidence.receipt_schema import ReceiptData
-
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 NVML_RECORD = REPO / "tests_offline" / "data" / "nvml" / "h200-nvidia-smi-q.json"
@@ -157,10 +155,10 @@ def wait_for(predicate, timeout_s: float, what: str, step_s: float = 0.1):
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
-def receipt_of(project: Path, out: str) -> ReceiptData:
+def receipt_of(project: Path, out: str) -> dict:
     """The run folder's receipt as its session last recorded it: receipt.json with the journal of a session
     still running (or killed) folded in."""
-    from onegpu.evidence.receipt import read_receipt
+    from onegpu.evidence.journal import read_receipt
 
     return read_receipt(project / out)
 

@@ -27,6 +27,7 @@ from onegpu.plan import operator_score as score_mod
 from onegpu.plan import propose as propose_mod
 from onegpu.plan.approved import PlanFileError, load_plan
 from onegpu.plan.settings import SettingsError
+from onegpu.record.run_basis import run_basis
 from onegpu.report.run_reader import NotARunFolder, read_run, read_samples
 from onegpu.requests import canary as canary_mod
 from onegpu.session.glue import session_settings, settings_path
@@ -217,7 +218,7 @@ def calibration_run(folder: Path) -> calibrate.RunBasis:
         raise calibrate.CalibrationError(f"run {run_id}: {exc}") from None
     if isinstance(run.settings, SettingsError):
         raise calibrate.CalibrationError(f"run {run_id}: its settings.json cannot be read: {run.settings}")
-    return calibrate.run_basis(run_id, str(folder), run.receipt, run.settings, run.manifest, read_samples(folder))
+    return run_basis(run_id, str(folder), run.receipt, run.settings, run.manifest, read_samples(folder))
 
 
 def current_basis(model_path: str, image: str, context: int, chunk: int, kv_dtype, offload, source: str,

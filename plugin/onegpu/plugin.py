@@ -41,9 +41,10 @@ from onegpu.core.outcomes import Blocked, parse_reason
 from onegpu.engine.interrupts import GUARD
 from onegpu.evidence.receipt import Receipt, now_iso
 from onegpu.evidence.rundir import RunFolderError, create_run_folder, reopen_for_resume
-from onegpu.evidence.verdicts import phase_verdicts, run_verdict
 from onegpu.options import add_options, deselect_tests_of_absent_options, read_options
 from onegpu.plan.settings import SettingsError
+from onegpu.record.receipt import check_write, record_of
+from onegpu.record.verdicts import phase_verdicts, run_verdict
 from onegpu.session import gating, terminal
 from onegpu.session.backstop import backstop_s, checkpoint_bytes
 from onegpu.session.glue import phase_of, session_settings, settings_path
@@ -271,7 +272,7 @@ def _open_run_folder(session, kit: KitSession) -> Receipt:
         "kind": kit.kind,
         "run_folder": str(kit.run_folder),
         "hardware_source": "replayed" if kit.replayed else "live",
-    })
+    }, check_write)
     attach_html_report(session, kit.run_folder / "report.html")
     return kit.receipt
 
@@ -342,13 +343,14 @@ def pytest_sessionfinish(session, exitstatus):
         return
     cut = _cut(kit, exitstatus)
     if cut is not None:
-        for nodeid, entry in unreported(kit.selected, kit.receipt.data["tests"], cut).items():
+        for nodeid, entry in unreported(kit.selected, record_of(kit.receipt.data).tests, cut).items():
             kit.receipt.data["tests"][nodeid] = entry
         kit.receipt.data["interrupted"] = cut.as_json()
     assert kit.run_folder is not None  # opened with the receipt
-    phases = phase_verdicts(kit.receipt.data["tests"], phase_progress(kit.receipt.view(), kit.run_folder))
-    kit.receipt.data["phases"] = phases
-    verdict = run_verdict(phases, kit.receipt.data.get("capacity"))
+    record = record_of(kit.receipt.data)
+    kit.receipt.data["phases"] = phase_verdicts(record.tests, phase_progress(record, kit.run_folder))
+    record = record_of(kit.receipt.data)
+    verdict = run_verdict(record.phases, record.capacity)
     if exitstatus == pytest.ExitCode.INTERRUPTED and not verdict.startswith("INTERRUPTED"):
         verdict = f"INTERRUPTED after every kit test had reported (Ctrl-C or SIGTERM); {verdict}"
     kit.receipt.data["verdict"] = verdict
@@ -357,12 +359,13 @@ def pytest_sessionfinish(session, exitstatus):
     fail_on_blocked = session.config.getoption("fail_on_blocked")
     if fail_on_blocked is None:
         fail_on_blocked = session.config.getini("onegpu_fail_on_blocked")
-    if fail_on_blocked and any(p["verdict"] == "BLOCKED" for p in phases.values()) and exitstatus == 0:
+    if fail_on_blocked and any(p.verdict == "BLOCKED" for p in record.phases.values()) and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         kit.receipt.data["exit_status"] = int(session.exitstatus)
     kit.receipt.save()
-    refresh_environment(session.config, kit.receipt.view())
-    write_share_summary(kit.run_folder, kit.receipt.view())
+    record = record_of(kit.receipt.data)
+    refresh_environment(session.config, record)
+    write_share_summary(kit.run_folder, record)
 
 
 def _cut(kit: KitSession, exitstatus) -> Cut | None:

@@ -11,8 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
+
 from onegpu.engine.launch import Owner, build_launch_spec
 from onegpu.plan.settings import parse_settings
+from onegpu.record.sections_plan import SettingsValues
 from onegpu.report.share_summary import settings_lines
 from tests_offline.paths import PROFILES, REPO_ROOT
 
@@ -69,7 +72,9 @@ def test_settings_errors_show_the_json_written_and_block_the_plan_not_the_machin
 
 
 def test_the_shared_summary_names_each_deadline_by_its_setting():
-    line = settings_lines({**SETTINGS, "boot_deadline_s": 60, "request_timeout_s": 30})[-1]
+    values = {k: v for k, v in SETTINGS.items() if k != "schema"}
+    line = settings_lines(msgspec.convert({**values, "boot_deadline_s": 60, "request_timeout_s": 30},
+                                          SettingsValues))[-1]
     assert line == ("- deadlines: boot 60 s; overall deadline_s 100 s (counted from the first request phase); each "
                     "request request_timeout_s 30 s")
 

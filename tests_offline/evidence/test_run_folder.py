@@ -12,6 +12,7 @@ import pytest
 
 import onegpu
 from onegpu.evidence import rundir
+from onegpu.record.receipt import record_of
 from tests_offline.paths import REPO_ROOT
 
 GOOD_SETTINGS = {
@@ -57,7 +58,11 @@ def only_run_folder(pytester):
 
 
 def receipt_of(folder) -> dict:
-    return json.loads((folder / "receipt.json").read_text())
+    """receipt.json as the session wrote it (plain JSON); it reads as the typed record, which refuses a key or a
+    value it does not declare."""
+    data = json.loads((folder / "receipt.json").read_text())
+    record_of(data)
+    return data
 
 
 def report_data(folder) -> dict:
@@ -140,7 +145,7 @@ def test_receipt_is_written_as_outcomes_arrive(kit_project):
     # The second test reads the receipt from disk (receipt.json and its journal) while the session still runs.
     kit_project.makepyfile(**{"tests_hw/test_1_live": (
         "import json, pytest\n"
-        "from onegpu.evidence.receipt import read_receipt\n"
+        "from onegpu.evidence.journal import read_receipt\n"
         "pytestmark = [pytest.mark.scan, pytest.mark.phase('machine')]\n"
         "def test_first():\n    pass\n"
         "def test_second_sees_the_first(kit):\n"

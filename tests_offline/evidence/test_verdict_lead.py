@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from onegpu.evidence.verdicts import phase_verdicts, run_verdict
+from onegpu.record.receipt import record_of
+from onegpu.record.verdicts import phase_verdicts, run_verdict
 from tests_offline.paths import PROFILES, REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "examples"
@@ -84,17 +85,18 @@ def test_within_a_phase_and_across_phases_the_capacity_code_leads():
     tests = {"a": {"phase": "plan", "outcome": "blocked", "code": "HARDWARE_REPLAYED", "message": "replayed"},
              "b": {"phase": "plan", "outcome": "blocked", "code": "KV_DOES_NOT_FIT", "message": "KV 9 GiB > 4 GiB"},
              "c": {"phase": "machine", "outcome": "blocked", "code": "IMAGE_MISSING", "message": "no image"}}
-    phases = phase_verdicts(tests)
+    phases = phase_verdicts(record_of({"tests": tests}).tests)
     assert phases["plan"]["code"] == "KV_DOES_NOT_FIT" and phases["plan"]["codes"] == ["KV_DOES_NOT_FIT",
                                                                                        "HARDWARE_REPLAYED"]
-    assert run_verdict(phases) == ("BLOCKED KV_DOES_NOT_FIT in phase plan: KV 9 GiB > 4 GiB; also blocked: "
-                                   "IMAGE_MISSING, HARDWARE_REPLAYED")
+    assert run_verdict(record_of({"phases": phases}).phases) == (
+        "BLOCKED KV_DOES_NOT_FIT in phase plan: KV 9 GiB > 4 GiB; also blocked: IMAGE_MISSING, HARDWARE_REPLAYED")
 
 
 def test_codes_of_equal_consequence_keep_the_test_order_whatever_the_hash_seed():
     """A set's order of strings changes with PYTHONHASHSEED: the receipt's codes must not."""
-    script = ("import json; from onegpu.evidence.verdicts import phase_verdicts; "
-              "t = lambda c: {'phase': 'machine', 'outcome': 'blocked', 'code': c, 'message': c}; "
+    script = ("import json; from onegpu.record.entries import TestEntry; "
+              "from onegpu.record.verdicts import phase_verdicts; "
+              "t = lambda c: TestEntry(phase='machine', outcome='blocked', code=c, message=c); "
               "print(json.dumps(phase_verdicts({'a': t('NO_NVIDIA_DRIVER'), 'b': t('NO_GPU_IN_CONTAINERS'), "
               "'c': t('NO_NVIDIA_DRIVER')})['machine']['codes']))")
     seen = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,

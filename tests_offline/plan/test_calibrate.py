@@ -18,6 +18,8 @@ from devkit.synth import SYNTHETIC_METADATA, write_checkpoint
 from onegpu.options import calibration_run as load_run
 from onegpu.plan import calibrate
 from onegpu.plan.settings import parse_settings
+from onegpu.record.receipt import record_of
+from onegpu.record.run_basis import run_basis
 from tests_offline.nvml_double import nvml_sample
 from tests_offline.paths import DATA, PROFILES, REPO_ROOT
 
@@ -37,8 +39,8 @@ def recorded_settings(name="stub-ready-8k"):
 
 def basis(receipt=None, samples=()) -> calibrate.RunBasis:
     manifest = json.loads((READY / "manifest.json").read_text())
-    return calibrate.run_basis("stub-ready-8k", str(READY), receipt or recorded_receipt(), recorded_settings(),
-                               manifest, list(samples))
+    return run_basis("stub-ready-8k", str(READY), record_of(receipt or recorded_receipt()), recorded_settings(),
+                     manifest, list(samples))
 
 
 def current(**changes) -> calibrate.CurrentBasis:
@@ -110,7 +112,7 @@ def test_a_run_of_the_multi_gpu_protocol_calibrates_nothing():
                                                            "pipeline_parallel_size": 1}}, "s.json", "0" * 64)
     manifest = json.loads((READY / "manifest.json").read_text())
     with pytest.raises(calibrate.CalibrationError) as err:
-        calibrate.run_basis("tp2", str(READY), recorded_receipt(), multi, manifest, [])
+        run_basis("tp2", str(READY), record_of(recorded_receipt()), multi, manifest, [])
     assert str(err.value).startswith("run tp2 ran the 2-GPU protocol (TP 2 x PP 1): a calibration measures the "
                                      "one-GPU protocol's non-weight reserve")
 

@@ -1,10 +1,11 @@
-"""The link ceiling (onegpu.plan.ceiling, ceiling_record): the bytes an offloaded forward step reads over PCIe, the
+"""The link ceiling (onegpu.plan.ceiling, ceiling_record, onegpu.record.rates): the bytes an offloaded forward step reads over PCIe, the
 link's bandwidth and how it is known, the upper bounds, and measured rates set against them. Every expected figure
 is worked out here from the rule, not read back from the code."""
 from __future__ import annotations
 
 import math
 
+import msgspec
 import pytest
 from msgspec import structs
 
@@ -19,7 +20,10 @@ from onegpu.plan.ceiling import (
     prefill_seconds,
     routing_of,
 )
-from onegpu.plan.ceiling_record import ceiling_lines, ceiling_record, measured_against, measured_lines
+from onegpu.plan.ceiling_record import ceiling_lines, ceiling_record
+from onegpu.record.rates import measured_against, measured_lines
+from onegpu.record.sections_insight import Ceiling
+from onegpu.record.sections_requests import RequestSummary
 from tests_offline.capacity_facts import LLAMA_CONFIG, checkpoint_facts, gpu_device
 
 GIB = 2**30
@@ -131,41 +135,42 @@ def test_nothing_offloaded_bounds_nothing():
     assert not c.offloaded and math.isinf(c.decode_tps[1])
     lines = ceiling_lines(LinkBytes(0, 0, 8, 2, 0, 0), Link(25.0, "ASSUMED", "x"), c)
     assert "nothing is offloaded" in lines[1]
-    record = ceiling_record(LinkBytes(0, 0, 8, 2, 0, 0), Link(25.0, "ASSUMED", "x"), c)
-    assert measured_against(record, {"output_tokens_per_s": 100.0}, "batch") == []
+    record = msgspec.convert(ceiling_record(LinkBytes(0, 0, 8, 2, 0, 0), Link(25.0, "ASSUMED", "x"), c), Ceiling)
+    assert measured_against(record, RequestSummary(output_tokens_per_s=100.0), "batch") == []
 
 
-def record_of(decode: float, prefill: float) -> dict:
+def record_of(decode: float, prefill: float) -> Ceiling:
     traffic = LinkBytes(GIB, GIB, 8, 2, 1, 1)
     record = ceiling_record(traffic, Link(25.0, "ASSUMED", "x"), ceilings(traffic, Link(25.0, "ASSUMED", "x"), 512))
-    return {**record, "decode_tps": {"1": decode}, "prefill_tps": prefill}
+    return msgspec.convert({**record, "decode_tps": {"1": decode}, "prefill_tps": prefill}, Ceiling)
 
 
 def test_measured_rates_are_fractions_of_the_bounds():
-    rows = measured_against(record_of(10.0, 400.0), {"output_tokens_per_s": 2.5, "prompt_tokens_per_s": 100.0},
+    rows = measured_against(record_of(10.0, 400.0), RequestSummary(output_tokens_per_s=2.5, prompt_tokens_per_s=100.0),
                             "batch")
-    assert [(r["rate"], r["fraction"], r["status"]) for r in rows] == [("decode", 0.25, "below the ceiling"),
-                                                                      ("prefill", 0.25, "below the ceiling")]
+    assert [(r.rate, r.fraction, r.status) for r in rows] == [("decode", 0.25, "below the ceiling"),
+                                                             ("prefill", 0.25, "below the ceiling")]
     assert measured_lines(rows)[0].startswith("batch decode: measured at least 2.50 tokens/s = 25.0% of the link's "
                                               "upper bound 10.00 tokens/s (link ASSUMED)")
 
 
 def test_a_rate_above_its_bound_is_called_a_contradiction():
-    rows = measured_against(record_of(10.0, 400.0), {"output_tokens_per_s": 12.0}, "canary")
-    assert len(rows) == 1 and rows[0]["fraction"] == 1.2
-    assert rows[0]["status"].startswith("ABOVE THE CEILING") and "ABOVE THE CEILING" in measured_lines(rows)[0]
+    rows = measured_against(record_of(10.0, 400.0), RequestSummary(output_tokens_per_s=12.0), "canary")
+    assert len(rows) == 1 and rows[0].fraction == 1.2
+    assert (rows[0].status or "").startswith("ABOVE THE CEILING") and "ABOVE THE CEILING" in measured_lines(rows)[0]
 
 
 def test_no_rate_or_no_bound_is_no_row():
-    assert measured_against(record_of(10.0, 400.0), {"output_tokens_per_s": None}, "batch") == []
-    assert measured_against(None, {"output_tokens_per_s": 1.0}, "batch") == []
-    assert measured_against({"label": "not computed"}, {"output_tokens_per_s": 1.0}, "batch") == []
+    assert measured_against(record_of(10.0, 400.0), RequestSummary(output_tokens_per_s=None), "batch") == []
+    assert measured_against(None, RequestSummary(output_tokens_per_s=1.0), "batch") == []
+    assert measured_against(Ceiling(label="not computed"), RequestSummary(output_tokens_per_s=1.0), "batch") == []
 
 
 def test_a_tiny_share_keeps_its_digits():
     """A CPU double's rate against a GPU link's bound is millionths: shown and kept as such, never 0.0 %."""
     from onegpu.plan.ceiling_record import percent
 
-    rows = measured_against(record_of(48_486_193.65, 400.0), {"output_tokens_per_s": 166.844}, "canary")
-    assert rows[0]["fraction"] == 3.441e-06 and percent(rows[0]["fraction"]) == "0.00034%"
+    rows = measured_against(record_of(48_486_193.65, 400.0), RequestSummary(output_tokens_per_s=166.844), "canary")
+    fraction = rows[0].fraction
+    assert fraction == 3.441e-06 and percent(fraction) == "0.00034%"
     assert (percent(0.25), percent(1.5), percent(0.0)) == ("25.0%", "150.0%", "0.0%")

@@ -11,6 +11,7 @@ import json
 import math
 import shutil
 
+import msgspec
 import pytest
 
 from devkit.e2e.harness import finish, make_project, receipt_of, session
@@ -18,6 +19,7 @@ from devkit.synth import SYNTHETIC_METADATA, write_checkpoint
 from onegpu.plan.capacity import capacity_verdicts
 from onegpu.plan.kvcache import kv_cache_estimate
 from onegpu.plan.landing import landing_lines, landing_record, projection_from_plan
+from onegpu.plan.verdict import Verdict
 from tests_offline.capacity_facts import (
     LLAMA_CONFIG,
     checkpoint_facts,
@@ -39,7 +41,7 @@ def plan_rows(offload=0, table=None, gpu=None):
     s = settings_with(cpu_offload_gib=offload, container_ram_gib=offload + 16)
     ckpt = checkpoint_facts(table or layers_table(10, 4))
     kv = kv_cache_estimate(LLAMA_CONFIG, s.context_tokens, None, s.prefill_chunk_tokens)
-    return [v.as_json() for v in capacity_verdicts(s, gpu or gpu_device(96, 95.5), host(), ckpt, kv, 50 * GIB)], kv
+    return capacity_verdicts(s, gpu or gpu_device(96, 95.5), host(), ckpt, kv, 50 * GIB), kv
 
 
 def test_the_projection_is_worked_out_from_the_plans_numbers():
@@ -58,7 +60,8 @@ def test_the_projection_is_worked_out_from_the_plans_numbers():
 
 def test_without_nvml_gpu_figures_are_not_measured_never_invented():
     receipt = json.loads((RECORDED / "receipt.json").read_text())
-    record = landing_record(projection_from_plan(receipt["capacity"]), receipt["boot"]["facts"],
+    verdicts = msgspec.convert(receipt["capacity"], list[Verdict])  # the recorded plan's verdicts
+    record = landing_record(projection_from_plan(verdicts), receipt["boot"]["facts"],
                             receipt["landing"]["at_ready"], 2 * GIB, True, GIB)
     assert "gpu_free_bytes" not in record["measured"] and "gpu_used_bytes" not in record["measured"]
     free = next(r for r in record["errors"] if r["quantity"] == "GPU free after boot")
@@ -101,7 +104,7 @@ def offload_rows(pinning="rounded", cap_gib=96):
         s = with_pinning(s, pinning)
     ckpt = checkpoint_facts(layers_table(10, 5))
     kv = kv_cache_estimate(LLAMA_CONFIG, s.context_tokens, None, s.prefill_chunk_tokens)
-    return [v.as_json() for v in capacity_verdicts(s, gpu_device(96, 95.5), host(), ckpt, kv, 50 * GIB)]
+    return capacity_verdicts(s, gpu_device(96, 95.5), host(), ckpt, kv, 50 * GIB)
 
 
 def test_the_engines_offload_line_is_compared_with_the_logical_offload_never_the_pinned_one():

@@ -28,7 +28,7 @@ def plan_rows(accounting):
     kv = kv_cache_estimate(LLAMA_CONFIG, settings.context_tokens, None, settings.prefill_chunk_tokens,
                            accounting=accounting)
     verdicts = capacity_verdicts(settings, gpu_device(), host(), ckpt, kv, 50 * GIB, accounting=accounting)
-    return [v.as_json() for v in verdicts], kv
+    return verdicts, kv
 
 
 def boot_log(blocks: int, per_block: int, segments: int, requested: int, transient: int, tokens: int,

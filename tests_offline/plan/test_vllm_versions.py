@@ -5,7 +5,7 @@ import json
 import pytest
 
 from onegpu.core.outcomes import Blocked
-from onegpu.evidence.receipt import SCHEMA
+from onegpu.evidence.journal import SCHEMA
 from onegpu.plan.vllm_versions import (
     ASSUMED,
     DECLARED,
@@ -19,6 +19,7 @@ from onegpu.plan.vllm_versions import (
     probed_against_plan,
     series_of,
 )
+from onegpu.record.receipt import record_of
 from onegpu.report.run_reader import recorded_vllm_version
 
 
@@ -104,12 +105,14 @@ def test_an_earlier_probe_of_the_same_image_id_is_found_newest_first(tmp_path):
 
 
 def test_the_public_summary_rebuilds_the_label_from_checked_parts_only():
-    record = accounting_for("0.35.0", PROBED, "/home/me/runs/X").as_json()
-    rebuilt = accounting_from_record(record)
+    version = record_of({"capacity_accounting": {"version": accounting_for("0.35.0", PROBED, "/home/me/runs/X")
+                                                            .as_json()}}).capacity_accounting.version
+    parts = (version.series, version.basis, version.version, version.confirmed)
+    rebuilt = accounting_from_record(*parts)
     assert rebuilt.label == "vLLM 0.34 accounting (UNCONFIRMED for vLLM 0.35.0)" and rebuilt.evidence == ""
-    assert accounting_from_record({**record, "version": "0.35 /home/me"}) is None
-    assert accounting_from_record({**record, "series": "9.9"}) is None
-    assert accounting_from_record("vLLM 0.34 accounting") is None
+    assert accounting_from_record(parts[0], parts[1], "0.35 /home/me", parts[3]) is None
+    assert accounting_from_record("9.9", *parts[1:]) is None
+    assert accounting_from_record(parts[0], "vLLM 0.34 accounting", *parts[2:]) is None
 
 
 def test_every_accounting_rule_of_every_known_version_names_its_wheel_and_file_function():

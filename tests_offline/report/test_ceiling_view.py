@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 
 from onegpu.plan.ceiling import Link, LinkBytes, ceilings
-from onegpu.plan.ceiling_record import ceiling_lines, ceiling_record, measured_against
+from onegpu.plan.ceiling_record import ceiling_lines, ceiling_record
+from onegpu.record.rates import measured_against
+from onegpu.record.receipt import ReceiptRecord, record_of
+from onegpu.record.sections_requests import RequestSummary
 from onegpu.report.ceiling_view import ceiling_section
 from onegpu.report.compare import ceiling_lines as compare_lines
 from onegpu.report.rates_svg import rates_plot
@@ -19,11 +22,13 @@ LINK = Link(25.0, "MEASURED", f"measured by the runtime probe of run folder {PRI
 DECODE_BOUND = 25e9 / (5 * GIB)  # 4.66 tokens/s
 
 
-def receipt_with(decode_tps: float | None, prompt_tps: float | None = None) -> dict:
+def receipt_with(decode_tps: float | None, prompt_tps: float | None = None) -> ReceiptRecord:
     bounds = ceilings(TRAFFIC, LINK, 2048, (1, 4), (8192,))
     record = {**ceiling_record(TRAFFIC, LINK, bounds), "lines": ceiling_lines(TRAFFIC, LINK, bounds)}
-    rows = measured_against(record, {"output_tokens_per_s": decode_tps, "prompt_tokens_per_s": prompt_tps}, "batch")
-    return {"ceiling": record, "rates_vs_ceiling": rows, "phases": {}, "tests": {}}
+    ceiling = record_of({"ceiling": record}).ceiling
+    rows = measured_against(ceiling, RequestSummary(output_tokens_per_s=decode_tps, prompt_tokens_per_s=prompt_tps),
+                            "batch")
+    return ReceiptRecord(ceiling=ceiling, rates_vs_ceiling=rows, phases={}, tests={})
 
 
 def bar_widths(svg: str) -> list[float]:
@@ -35,7 +40,7 @@ def test_the_section_shows_the_bounds_their_rules_and_the_measured_share():
     assert "UPPER BOUNDS, never predictions" in html and "at most 4.66 tokens/s" in html
     assert "vllm/model_executor/layers/fused_moe/fused_moe.py:_prepare_expert_assignment" in html
     assert "<td>25.0%</td>" in html and "<td>MEASURED</td>" in html and "og-alarm" not in html
-    svg = rates_plot(receipt_with(DECODE_BOUND / 4)["rates_vs_ceiling"])
+    svg = rates_plot(receipt_with(DECODE_BOUND / 4).rates_vs_ceiling or [])
     assert svg is not None and svg.startswith("<svg") and "http" not in svg.replace('role="img"', "")
     # one row, scaled to its own bound: the bar is a quarter of the track (plot width 900 - 150 - 250 = 500)
     assert bar_widths(svg) == [125.0]
@@ -45,7 +50,7 @@ def test_a_rate_above_the_bound_is_an_alarm_and_a_red_bar_past_the_line():
     receipt = receipt_with(DECODE_BOUND * 1.5)
     html = ceiling_section(receipt)
     assert "og-alarm" in html and "ABOVE the link ceiling" in html and "ABOVE THE CEILING" in html
-    svg = rates_plot(receipt["rates_vs_ceiling"])
+    svg = rates_plot(receipt.rates_vs_ceiling or [])
     assert svg is not None and 'fill="#c0392b"' in svg and "150.0%" in svg
     # the axis stretches to 150 %: the bound sits at 2/3 of the track, the bar fills it
     assert bar_widths(svg) == [500.0] and 'x1="483.3"' in svg
@@ -57,7 +62,8 @@ def test_a_scan_shows_the_bounds_and_says_no_rate_was_measured():
 
 
 def test_the_multi_gpu_protocol_says_not_computed():
-    html = ceiling_section({"ceiling": {"label": "not computed", "why": "the 2-GPU protocol (TP 2 x PP 1): ..."}})
+    html = ceiling_section(record_of({"ceiling": {"label": "not computed",
+                                                  "why": "the 2-GPU protocol (TP 2 x PP 1): ..."}}))
     assert "not computed: the 2-GPU protocol" in html
 
 

@@ -109,3 +109,60 @@ def test_compare_and_calibration_read_a_run_folder_through_one_reader(real_runs,
     with pytest.raises(CalibrationError) as calibrated:
         calibration_run(broken)
     assert str(compared.value) in str(calibrated.value)
+
+
+# The committed run folders of tests_offline/data/runs: receipts (schema onegpu/receipt@1) that an earlier version of
+# the kit wrote, read by today's record. The expected text is what the kit printed for them before the receipt was
+# read as a typed record, so it must not change by one byte.
+STUB_RUNS = "tests_offline/data/runs"
+READY, OOM = f"{STUB_RUNS}/stub-ready-8k", f"{STUB_RUNS}/stub-load-oom"
+NOT_FINISHED = "no verdict (the session did not finish)"
+HOST_RAM = ("container_ram_cap_bytes 9.00 GiB, host_headroom_bytes 1.00 GiB, need_bytes 10.00 GiB, "
+            "host_available_bytes {} GiB")
+STUB_COMPARISON = [
+    f"A: {READY} (approve, started None, one-GPU protocol)",
+    f"B: {OOM} (approve, started None, one-GPU protocol)",
+    "",
+    "same checkpoint manifest?   YES: 6 files, 17,311,075 bytes, every path, size and SHA-256 equal (content digest "
+    "bca7af1a15c56071065120807982d9f7ae2344a0f70ce0c9db0b4a0f232d7b69)",
+    "same image ID?              YES: sha256:23f729813c38dd2cfcfabcb66a37e01413f2ddea8a4cad4ccda848e77367f6eb",
+    "same protocol?              UNKNOWN: no batch protocol in A and B",
+    "same request hash?          UNKNOWN: no batch request file in A and B",
+    "same canary requests?       UNKNOWN: no canary in A and B",
+    "same settings file?         YES: ae4b6694050a7826287ca60c654371a1e41ef96fe2f9652ec5d668ad442993d8",
+    "  settings that differ: none",
+    "",
+    "verdicts",
+    f"  A: {NOT_FINISHED}",
+    f"  B: {NOT_FINISHED}",
+    "  every phase has the same verdict",
+    "capacity (A | B)",
+    *(f"  = {check}: OK in both, same numbers" for check in ("weights", "quantization", "gpu_free", "gpu_budget",
+                                                            "gpu_weights", "kv_cache", "host_offload")),
+    f"  ! host_ram: A OK ({HOST_RAM.format('22.93')}) | B OK ({HOST_RAM.format('22.91')})",
+    "  = cgroup: OK in both, same numbers",
+    "  = pinned_pow2: OK in both, same numbers",
+    "  ! disk: A OK (free_bytes 77.81 GiB, need_bytes 1.00 GiB) | B OK (free_bytes 77.80 GiB, need_bytes 1.00 GiB)",
+    "",
+    "boot facts",
+    "  ready: True -> False",
+    "  recorded in A only",
+    "memory peaks (samples)",
+    "  host_available_bytes_min: 22.91 GiB -> 22.91 GiB",
+    "  container_memory_bytes_max: 0.02 GiB -> 0.01 GiB",
+    "timings (s, each phase's own)",
+    "  no timed phase in either run",
+    "link ceiling (UPPER BOUNDS) and measured shares",
+    "  the same",
+]
+
+
+def test_run_folders_an_earlier_kit_wrote_compare_as_they_always_did():
+    done = compare(READY, OOM)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.splitlines() == STUB_COMPARISON
+    swapped = compare(OOM, READY).stdout.splitlines()
+    assert swapped[:2] == [f"A: {OOM} (approve, started None, one-GPU protocol)",
+                           f"B: {READY} (approve, started None, one-GPU protocol)"]
+    assert "  ready: False -> True" in swapped and "  recorded in B only" in swapped
+    assert f"  ! host_ram: A OK ({HOST_RAM.format('22.91')}) | B OK ({HOST_RAM.format('22.93')})" in swapped

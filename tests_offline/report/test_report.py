@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from onegpu.core.outcomes import ADVICE, CODES
+from onegpu.record.receipt import record_of
 from onegpu.report.summary import REVIEW_LINE, TITLE, sections
 from onegpu.report.svg import memory_plot, series, thin
 from tests_offline.paths import REPO_ROOT
@@ -47,14 +48,14 @@ def test_every_value_from_the_receipt_is_escaped():
                          "failure": {"exit_code": 1, "log_tail": [f"CUDA out of memory {HOSTILE}"]}})
     receipt["tests"]["x"] = {"phase": "load", "outcome": "blocked", "code": "LOAD_OOM", "message": HOSTILE,
                              "numbers": {"exit_code": 1}}
-    page = "".join(sections(receipt, settings={"model_id": HOSTILE}))
+    page = "".join(sections(record_of(receipt), settings={"model_id": HOSTILE}))
     assert "<script>" not in page and "<img" not in page and "onerror=alert(1)>" not in page
     assert html.escape(HOSTILE, quote=True) in page
     assert page.count(html.escape(HOSTILE, quote=True)) >= 8  # verdict, banner, path, model, log, message, ...
 
 
 def test_sections_of_phases_that_did_not_run_say_not_run():
-    found = kit_sections("".join(sections(partial_receipt())))
+    found = kit_sections("".join(sections(record_of(partial_receipt()))))
     for key in ("settings", "plan", "checkpoint", "capacity", "probe", "custody", "boot", "memory", "canary",
                 "batch", "serve"):
         assert "not run (phase" in found[key], (key, found[key])
@@ -66,12 +67,12 @@ def test_sections_of_phases_that_did_not_run_say_not_run():
 def test_a_blocked_phase_says_not_established_with_its_code():
     receipt = partial_receipt()
     receipt["phases"]["plan"] = {"verdict": "BLOCKED", "code": "NO_SETTINGS", "message": "no --settings file given"}
-    found = kit_sections("".join(sections(receipt)))
+    found = kit_sections("".join(sections(record_of(receipt))))
     assert "not established: phase plan BLOCKED NO_SETTINGS: no --settings file given" in found["capacity"]
 
 
 def test_a_receipt_cut_mid_run_still_renders():
-    found = kit_sections("".join(sections({"schema": "onegpu/receipt@1", "tests": {}})))
+    found = kit_sections("".join(sections(record_of({"schema": "onegpu/receipt@1", "tests": {}}))))
     assert "no verdict yet" in found["verdict"] and "not run" in found["custody"]
 
 
@@ -80,7 +81,7 @@ def test_blocked_reasons_carry_their_numbers_and_meaning():
     receipt["tests"]["t"] = {"phase": "plan", "outcome": "blocked", "code": "INSUFFICIENT_VRAM",
                              "message": "200.00 GiB on the GPU > budget 73.25 GiB",
                              "numbers": {"gpu_weight_bytes": 214748364800, "budget_bytes": 78651588608}}
-    verdict = kit_sections("".join(sections(receipt)))["verdict"]
+    verdict = kit_sections("".join(sections(record_of(receipt))))["verdict"]
     assert "BLOCKED INSUFFICIENT_VRAM" in verdict and "200.00 GiB on the GPU &gt; budget 73.25 GiB" in verdict
     assert "gpu_weight_bytes = 214748364800" in verdict and "exceed the GPU budget" in verdict
 
@@ -107,7 +108,7 @@ def test_rendering_a_long_run_stays_cheap():
     samples = [{"t": float(i * 2), "gpu_used_bytes": i * 1000, "gpu_total_bytes": 2**37,
                 "host_available_bytes": 2**38 - i, "container_memory_bytes": i} for i in range(43_200)]
     started = time.perf_counter()
-    page = "".join(sections(partial_receipt(), samples))
+    page = "".join(sections(record_of(partial_receipt()), samples))
     assert time.perf_counter() - started < 3.0 and len(page) < 400_000  # a day of samples at one per 2 s
 
 

@@ -14,6 +14,7 @@ import html
 import json
 import re
 
+from onegpu.record.receipt import record_of
 from onegpu.report.summary import sections
 from tests_offline.report_sessions import HOSTILE, kit_sections, partial_receipt
 
@@ -185,24 +186,26 @@ def test_the_summary_of_a_blocked_proposal_gives_its_code_and_numbers(insight_ru
 # -- pure rendering --------------------------------------------------------------------------------------------------
 
 def test_without_the_options_each_section_says_not_run_or_not_given():
-    found = report_texts("".join(sections(partial_receipt())))
+    found = report_texts("".join(sections(record_of(partial_receipt()))))
     assert "not given: no --propose REQUEST_JSON" in found["proposal"]
     assert "not given: no --calibrate-from RUN_FOLDER" in found["calibration"]
     assert "not given: no --operator-score SCORE_JSON" in found["score"]
     assert "not run (phase plan" in found["consistency"]
     assert "not run (phase load" in found["landing"]
     given = {**partial_receipt(), "command_line": ["pytest", "--propose=r.json", "--operator-score", "s.json"]}
-    found = report_texts("".join(sections(given)))  # asked for, but the session stopped before recording it
+    # asked for, but the session stopped before recording it
+    found = report_texts("".join(sections(record_of(given))))
     assert "not run (phase plan" in found["proposal"] and "not run (phase plan" in found["score"]
 
 
 def hostile_receipt() -> dict:
+    """Every text field of the five sections hostile (a number field holds a number: the record refuses text)."""
     receipt = partial_receipt()
     row = {"quantity": HOSTILE, "unit": "bytes", "projected": 1, "measured": None, "error": None,
            "error_percent": None, "status": "not measured", "why": HOSTILE}
     receipt.update(
         proposal={"path": HOSTILE, "sha256": HOSTILE, "proposed": False, "settings": None,
-                  "alternatives": [{"name": HOSTILE, "container_ram_gib": HOSTILE, "why": HOSTILE}],
+                  "alternatives": [{"name": HOSTILE, "container_ram_gib": 1, "why": HOSTILE}],
                   "derivation": [{"quantity": HOSTILE, "value": HOSTILE, "derivation": HOSTILE}],
                   "blockers": [{"check": HOSTILE, "code": "INSUFFICIENT_HOST_RAM", "message": HOSTILE,
                                 "numbers": {HOSTILE: 1}}], "unknown": [HOSTILE], "warnings": [HOSTILE],
@@ -218,13 +221,13 @@ def hostile_receipt() -> dict:
                  "projected": {"reserve_source": HOSTILE},
                  "floor": {"bytes": 1, "assumed": True, "status": "not checked", "why": HOSTILE}},
         operator_score={"label": HOSTILE, "file": HOSTILE, "file_sha256": HOSTILE, "mismatches": [HOSTILE],
-                        "record": {"benchmark": HOSTILE, "metric": HOSTILE, "value": HOSTILE,
+                        "record": {"benchmark": HOSTILE, "metric": HOSTILE, "value": 0.5,
                                    "scorer": {"name": HOSTILE, "revision": HOSTILE}, "notes": HOSTILE}})
     return receipt
 
 
 def test_every_value_of_these_sections_is_escaped():
-    found = kit_sections("".join(sections(hostile_receipt())))
+    found = kit_sections("".join(sections(record_of(hostile_receipt()))))
     escaped = html.escape(HOSTILE, quote=True)
     for key, least in (("proposal", 8), ("calibration", 6), ("consistency", 6), ("landing", 4), ("score", 7)):
         assert "<script>" not in found[key] and "<img" not in found[key], key

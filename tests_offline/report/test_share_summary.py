@@ -15,6 +15,7 @@ import stat
 
 import pytest
 
+from onegpu.record.receipt import ReceiptShapeError, record_of
 from onegpu.report.page import SHARE_NAME, write_share_summary
 from onegpu.report.share_summary import WITHHELD, shaped, share_text
 from tests_offline.report_sessions import PROJECT_NAME, PROMPT, partial_receipt
@@ -101,6 +102,10 @@ def test_nothing_planted_anywhere_in_a_run_folder_reaches_the_summary(served, in
     receipt["hardware"]["host"]["hostname"] = receipt["hardware"]["docker"]["daemon_name"] = HOST
     receipt["selection"]["gpu_uuid"] = receipt["hardware"]["gpu"]["devices"][0]["uuid"] = UUID
     receipt["serve"]["api_key"] = KEY  # as if a module had put the key where it must not be
+    with pytest.raises(ReceiptShapeError, match="api_key"):  # the record refuses a key no type declares
+        record_of(receipt)
+    del receipt["serve"]["api_key"]
+    receipt["serve"]["note"] = KEY  # a declared free-text field holds it instead: still never shared
     receipt["settings"]["values"]["model_path"] = f"/home/{HOST}/models/{UUID}"
     (folder / "receipt.json").write_text(json.dumps(receipt))
     connection = json.loads((folder / "connection-private.json").read_text())
@@ -109,7 +114,7 @@ def test_nothing_planted_anywhere_in_a_run_folder_reaches_the_summary(served, in
         fh.write(json.dumps({"custom_id": "planted", "prompt": PROMPT, "response": {"status_code": 200, "body": {
             "choices": [{"message": {"role": "assistant", "content": RESPONSE}}]}}}) + "\n")
 
-    text = write_share_summary(folder, receipt).read_text()
+    text = write_share_summary(folder, record_of(receipt)).read_text()
     for planted in (MARK, HOST, UUID, KEY, PROMPT, RESPONSE, str(folder), "/home/"):
         assert planted not in text, planted
     assert WITHHELD in text  # shaped fields that carry the marker are withheld, not copied
@@ -150,7 +155,7 @@ def planted_insight(receipt: dict, folder) -> dict:
 def test_private_values_planted_in_the_advice_and_measurements_never_reach_the_summary(insight_runs, served):
     scan, approval = insight_runs.receipt("insight"), json.loads((served / "receipt.json").read_text())
     receipt = planted_insight({**scan, "landing": approval["landing"]}, insight_runs.folder("insight"))
-    text = share_text(receipt, None)
+    text = share_text(record_of(receipt))
     for planted in (HOST, UUID, KEY, PROMPT, RESPONSE, "/home/", str(insight_runs.folder("insight"))):
         assert planted not in text, planted
     settings = scan["proposal"]["settings"]
@@ -177,10 +182,10 @@ def test_identifiers_pass_only_in_their_shape():
 
 
 def test_a_run_that_read_no_settings_still_says_what_it_found():
-    text = share_text(partial_receipt(), None)
+    text = share_text(record_of(partial_receipt()))
     assert "settings: not read" in text and "capacity: not computed" in text
     assert "hashing not run" in text and "**Verdict: NO DEFINITE FAILURE FOUND** in phases machine" in text
-    assert share_text({}, {}).startswith("# onegpu run summary (safe to share)")  # a receipt cut short
+    assert share_text(record_of({})).startswith("# onegpu run summary (safe to share)")  # a receipt cut short
 
 
 def test_blocked_outcomes_are_shared_as_code_meaning_and_numbers_only():
@@ -189,7 +194,7 @@ def test_blocked_outcomes_are_shared_as_code_meaning_and_numbers_only():
     receipt["tests"]["t"] = {"phase": "plan", "outcome": "blocked", "code": "INSUFFICIENT_VRAM",
                              "message": f"GPU {UUID} at /home/{HOST}", "numbers": {"budget_bytes": 123,
                                                                                   "where": f"/home/{HOST}"}}
-    text = share_text(receipt, None)
+    text = share_text(record_of(receipt))
     assert "**Verdict: BLOCKED INSUFFICIENT_VRAM in phase plan**: the weights that must stay on the GPU" in text
     assert "BLOCKED INSUFFICIENT_VRAM (1 test(s))" in text and "budget_bytes 123" in text
     assert HOST not in text and UUID not in text

@@ -15,11 +15,14 @@ import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from devkit.request_corpus import CONTEXT, MODEL, chat_line, completion_line, jsonl
+from onegpu.record.sections_requests import RequestSummary
+from onegpu.report.request_lines import IncompleteSummary, summary_lines
 from onegpu.requests import batch
-from onegpu.requests.batch_summary import not_answered, summarize, summary_lines, unaccounted
+from onegpu.requests.batch_summary import not_answered, summarize, unaccounted
 from onegpu.requests.requests_file import parse_request_bytes
 
 
@@ -289,7 +292,7 @@ def test_summary_counts_everything_and_calls_nothing_a_score():
     assert (s["length_limited_ids"], s["empty_generation_ids"]) == (["b"], ["c"])
     assert (s["output_tokens"], s["measured_requests"], s["output_tokens_per_s"]) == (30, 3, 5.0)
     assert "measured through this transport" in s["rate_label"] and "over 3 requests" in s["rate_label"]
-    lines = summary_lines(s)
+    lines = summary_lines(msgspec.convert(s, RequestSummary))
     assert lines[0].startswith("UNSCORED") and not any("score" in line.lower() for line in lines[1:])
     assert "5.00 (30 tokens in 6.0 s)" in lines[5]
     assert unaccounted(s) == ["g"] and not_answered(s)[0] == "TIMEOUT: e" and len(not_answered(s)) == 4
@@ -298,4 +301,11 @@ def test_summary_counts_everything_and_calls_nothing_a_score():
 def test_summary_without_usage_says_no_rate():
     s = summarize(["a"], [{"custom_id": "a", "response": {"status_code": 200, "body": "text"}}], [], [])
     assert s["output_tokens_per_s"] is None and s["empty_generations"] == 1
-    assert "n/a" in summary_lines(s)[5]
+    assert "n/a" in summary_lines(msgspec.convert(s, RequestSummary))[5]
+
+
+def test_summary_lines_refuse_a_summary_that_lacks_a_figure():
+    s = summarize(["a"], [_answer("a")], [], [])
+    del s["length_limited"]
+    with pytest.raises(IncompleteSummary, match="length_limited"):
+        summary_lines(msgspec.convert(s, RequestSummary))

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from onegpu.record.entries import PhaseProgress
+from onegpu.record.receipt import record_of
 from tests_offline.paths import REPO_ROOT
 
 # Machine passes; the "batch" phase has answered 10 of its 50 requests when Ctrl-C comes; serve is never
@@ -39,7 +41,11 @@ def run_folder(pytester):
 
 
 def receipt_of(folder) -> dict:
-    return json.loads((folder / "receipt.json").read_text())
+    """receipt.json as the session wrote it (plain JSON); it reads as the typed record, which refuses a key or a
+    value it does not declare."""
+    data = json.loads((folder / "receipt.json").read_text())
+    record_of(data)
+    return data
 
 
 def test_ctrl_c_mid_batch_marks_the_batch_and_the_phases_after_it_interrupted(kit_project):
@@ -58,6 +64,11 @@ def test_ctrl_c_mid_batch_marks_the_batch_and_the_phases_after_it_interrupted(ki
     assert receipt["verdict"].startswith("INTERRUPTED in phase batch: 10 of 50 answered")
     assert receipt["verdict"].endswith("also interrupted: serve")
     assert receipt["interrupted"]["by"] == "SIGINT" and receipt["interrupted"]["phase"] == "batch"
+    record = record_of(receipt)
+    assert record.interrupted is not None and (record.interrupted.by, record.interrupted.phase) == ("SIGINT", "batch")
+    assert record.phases["batch"].progress == PhaseProgress(done=10, of=50, unit="answered")
+    assert record.batch is not None and record.batch.request_file is not None
+    assert record.batch.request_file.requests == 50
     tests = {n.split("::")[-1]: t for n, t in receipt["tests"].items()}
     assert tests["test_every_request_is_answered"]["outcome"] == "interrupted"
     assert tests["test_window_opens"]["outcome"] == "interrupted"

@@ -51,7 +51,7 @@ import pytest
 
 from devkit.e2e.harness import add_batch, finish, make_project, receipt_of, session, wait_for
 from onegpu.engine.launch import LABEL_ROLE, SOCKET_MOUNT
-from onegpu.evidence.receipt import read_receipt
+from onegpu.evidence.journal import read_receipt
 
 SESSION_TIMEOUT_S = 900
 MODEL = "qwen3-moe"

@@ -4,8 +4,9 @@ Each fact or outcome is appended as it lands to receipt.journal.jsonl beside it 
 next test starts), so a session costs what changed, not a re-encoding of everything it knows per outcome: a
 1,000-shard checkpoint's per-file facts are encoded once, not once per test. receipt.json itself is written
 whole when the session opens its run folder and when it finishes, and the journal is then removed. A session
-killed in between leaves receipt.json and the journal; `read_receipt` folds the one into the other (every
-line is idempotent: a set, a merge or an add-if-absent), and every reader of a run folder in the kit uses it.
+killed in between leaves receipt.json and the journal; `read_receipt` (onegpu.evidence.journal) folds the one
+into the other (every line is idempotent: a set, a merge or an add-if-absent), and every reader of a run folder
+in the kit reads the result through onegpu.record.receipt, as one typed record.
 """
 from __future__ import annotations
 
@@ -15,62 +16,17 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import Callable, TextIO
 
-from onegpu.evidence.receipt_check import check_entry, check_write, declared_view
-from onegpu.evidence.receipt_schema import SCHEMA, ReceiptData
+from onegpu.evidence.journal import JOURNAL, SCHEMA, read_receipt
 from onegpu.evidence.rundir import open_private_append, write_json
-
-JOURNAL = "receipt.journal.jsonl"
-
 
 
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _apply(data: dict, event: list) -> None:
-    """One journal line applied to the receipt's data: ["set", section, value], ["update", section, {..}]
-    or ["add", [section, key...], item] (appended to the list there when absent)."""
-    op, where, value = event
-    if op == "set":
-        data[where] = value
-    elif op == "update":
-        data.setdefault(where, {}).update(value)
-    elif op == "add":
-        *parents, last = where
-        node = data
-        for key in parents:
-            node = node.setdefault(key, {})
-        items = node.setdefault(last, [])
-        if value not in items:
-            items.append(value)
-    else:
-        raise ValueError(f"unknown receipt journal operation {op!r}")
-
-
-def apply_journal(data: dict, folder: Path) -> dict:
-    """`data` (receipt.json as read) with the journal of `folder` folded in; a line cut by a kill is ignored."""
-    path = folder / JOURNAL
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return data
-    for line in text.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue  # the torn last line of a session killed mid-write
-        _apply(data, event)
-    return data
-
-
-def read_receipt(folder: Path) -> ReceiptData:
-    """The receipt of a run folder as its session last recorded it, finished or not."""
-    return declared_view(apply_journal(json.loads((folder / "receipt.json").read_bytes()), folder))
-
-
-def fold_journal(folder: Path) -> ReceiptData:
+def fold_journal(folder: Path) -> dict:
     """Fold the journal into receipt.json (written whole, atomically), then remove it; the receipt."""
     data = read_receipt(folder)
     if (folder / JOURNAL).exists():
@@ -88,10 +44,13 @@ def _earlier_sessions(folder: Path) -> list:
 
 
 class Receipt:
-    """The receipt of one run folder. Sections are plain JSON values; each change is journalled as it lands,
-    `save` writes the whole receipt.json."""
+    """The receipt of one run folder. Sections are plain JSON values; each change is checked by `check` (section,
+    value, the section so far: onegpu.record.receipt.check_write, which raises on a value the record does not
+    declare or a state that moves back) and journalled
+    as it lands; `save` writes the whole receipt.json."""
 
-    def __init__(self, folder: Path, header: dict):
+    def __init__(self, folder: Path, header: dict, check: Callable[[str, object, object], None]):
+        self._check = check
         self.path = folder / "receipt.json"
         self.journal_path = folder / JOURNAL
         self._lock = threading.Lock()
@@ -112,20 +71,16 @@ class Receipt:
             self.data["earlier_sessions"] = earlier
         self.save()
 
-    def view(self) -> ReceiptData:
-        """The data as renderers read it: every read checked against the schema (receipt_check.declared_view)."""
-        return declared_view(self.data)
-
     def set(self, section: str, value) -> None:
         """Replace one top-level section."""
-        check_write(section, value.keys() if isinstance(value, dict) else None)
+        self._check(section, value, self.data[section] if section in self.data else None)
         with self._lock:
             self.data[section] = value
             self._log(["set", section, value])
 
     def update(self, section: str, **values) -> None:
         """Merge keys into a dict section."""
-        check_write(section, values)
+        self._check(section, values, self.data[section] if section in self.data else None)
         with self._lock:
             self.data.setdefault(section, {}).update(values)
             self._log(["update", section, values])
@@ -145,6 +100,10 @@ class Receipt:
 
     def add(self, where: list[str], item) -> None:
         """Append `item` to the list at `where` (section, then keys) unless it is there already."""
+        value: object = [item]
+        for key in reversed(where[1:]):
+            value = {key: value}
+        self._check(where[0], value, None)
         with self._lock:
             *parents, last = where
             node = self.data
@@ -156,7 +115,7 @@ class Receipt:
                 self._log(["add", where, item])
 
     def record_test(self, nodeid: str, entry: dict) -> None:
-        check_entry(entry)
+        self._check("tests", {nodeid: entry}, None)
         with self._lock:
             self.data["tests"][nodeid] = entry
             self._log(["update", "tests", {nodeid: entry}], durable=True)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from onegpu.core.jsonable import to_json
 from onegpu.core.outcomes import Blocked
 from onegpu.phases.canary import RunSummary, blocked_by, rates_against_ceiling, records_line, refuse, run_and_summarize
+from onegpu.record.sections_requests import RequestSummary
+from onegpu.report.request_lines import summary_lines
 from onegpu.requests.batch import (
     BATCH_STEM,
     BatchFiles,
@@ -16,7 +19,6 @@ from onegpu.requests.batch import (
     resume_problems,
     write_binding,
 )
-from onegpu.requests.batch_summary import summary_lines
 from onegpu.requests.protocol import Protocol, ProtocolError, load_protocol
 from onegpu.requests.requests_file import RequestFile, RequestFileError, load_request_file
 from onegpu.session.glue import blocked_as_xfail
@@ -86,8 +88,9 @@ def batch_results(live_hardware, batch_requests, protocol, engine, request_deadl
                                                       list(batch_requests.requests), files,
                                                       batch_requests.custom_ids)
     kit.receipt.timing("batch", run.elapsed_s)
-    lines = summary_lines(summary) + [records_line(files) + "; the benchmark's own scorer reads the responses"]
-    lines += rates_against_ceiling(kit, summary, "batch")
+    recorded = msgspec.convert(summary, RequestSummary)
+    lines = summary_lines(recorded) + [records_line(files) + "; the benchmark's own scorer reads the responses"]
+    lines += rates_against_ceiling(kit, recorded, "batch")
     kit.table(BATCH_TITLE, lines)
     kit.receipt.update("batch", summary=summary, session_run=to_json(run),
                        resumed={"answered_before": len(already.answered), "torn_lines_set_aside": already.cut}

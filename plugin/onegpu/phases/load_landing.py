@@ -20,7 +20,8 @@ def record_landing(request, kit, boot, sampler) -> dict:
     """
     sample = sampler.sample_once() if sampler is not None else None
     settings = request.getfixturevalue("settings")
-    projection = landing_mod.projection_from_plan(kit.receipt.data.get("capacity") or [])
+    # the capacity verdicts: made before the engine (engine <- runtime_probe <- approved_plan <- capacity)
+    projection = landing_mod.projection_from_plan(request.getfixturevalue("capacity"))
     if settings.multi_gpu is not None:
         projection = landing_mod.per_rank_unpaired(projection)
     record = landing_mod.landing_record(

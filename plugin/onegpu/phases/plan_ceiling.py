@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 from msgspec import structs
 
 from onegpu.phases.plan import gpu_or_reason
+from onegpu.record.sections_insight import Ceiling
 from onegpu.report.run_reader import recorded_link
 
 # The serve window's outstanding calls: the decode ceiling is also shown for that many sequences a step.
@@ -55,15 +57,22 @@ def ceiling(settings, hardware, checkpoint, kit) -> dict:
     if settings.multi_gpu is not None:
         record: dict = {"label": "not computed", "why": f"the {settings.protocol}: the link ceiling is computed for the "
                                                   "one-GPU protocol only (each rank's share crosses its own link)"}
-        kit.receipt.set("ceiling", record)
+        keep_ceiling(kit, record)
         return record
     gpu, _ = gpu_or_reason(hardware, settings)
     link = link_of(gpu, hardware, kit.run_folder)
     traffic, bounds = ceiling_of(settings, checkpoint, link)
     record = {**ceiling_record(traffic, link, bounds),
               "lines": ceiling_lines(traffic, link, bounds)}
-    kit.receipt.set("ceiling", record)
+    keep_ceiling(kit, record)
     return record
+
+
+def keep_ceiling(kit, record: dict) -> None:
+    """The receipt's ceiling section, and the session's latest ceiling for the request phases' measured rates
+    (the probe's measured link replaces the scan's)."""
+    kit.receipt.set("ceiling", record)
+    kit.ceiling = msgspec.convert(record, Ceiling)
 
 
 def measured_ceiling(request, h2d: dict | None, h2d_error: str | None, kit) -> None:
@@ -79,6 +88,6 @@ def measured_ceiling(request, h2d: dict | None, h2d_error: str | None, kit) -> N
     link = link_of(gpu, hardware, kit.run_folder, h2d, "this session's runtime probe", why_not if h2d_error else "")
     traffic, bounds = ceiling_of(settings, request.getfixturevalue("checkpoint"), link)
     lines = ceiling_lines(traffic, link, bounds)
-    kit.receipt.set("ceiling", {**ceiling_record(traffic, link, bounds), "lines": lines})
+    keep_ceiling(kit, {**ceiling_record(traffic, link, bounds), "lines": lines})
     for line in lines[:1] + [line for line in lines if line.startswith("UPPER")]:
         kit.show("probe", line)

@@ -17,7 +17,7 @@ from onegpu.evidence.receipt import now_iso
 from onegpu.evidence.rundir import write_json
 from onegpu.machine.checks import select_gpu
 from onegpu.options import insight_options
-from onegpu.phases.plan import recorded_version, run_disk_free
+from onegpu.phases.plan import KV_ESTIMATE_KEY, recorded_version, run_disk_free
 from onegpu.phases.plan_ceiling import link_of
 from onegpu.plan import calibrate, propose_text
 from onegpu.plan import operator_score as score_mod
@@ -98,7 +98,7 @@ def proposal(pytestconfig, hardware, kit) -> dict:
     result = propose_mod.propose(req, gpu, why, hardware.host, ckpt, kv, opts.calibration,
                                  run_disk_free(hardware, kit), accounting=accounting,
                                  link=link_of(gpu, hardware, kit.run_folder))
-    differs = propose_mod.kv_differs_from_plan(req, kv, kit.receipt.data.get("kv_cache"))
+    differs = propose_mod.kv_differs_from_plan(req, kv, pytestconfig.stash.get(KV_ESTIMATE_KEY, None))
     if differs:
         result.warnings.append(differs)
     cal = opts.calibration

@@ -7,22 +7,18 @@ Two measurements, the larger used (a reserve set too low lets a plan pass that t
   held besides weights and KV (activations of one prefill chunk, CUDA context, sampler buffers).
 * NVML at READY, from the samples: GPU used at READY minus what was used before the engine started is the
   engine's whole cost; minus the KV pool it is the non-KV cost; minus the loaded weights, the non-weight cost.
-Every rule a run breaks is a CalibrationError naming it; the caller turns it into a usage error.
+Every rule a run breaks is a CalibrationError naming it; the caller turns it into a usage error. The earlier run's
+basis (RunBasis) is read from its receipt by onegpu.record.run_basis.
 """
 from __future__ import annotations
 
-import datetime as _dt
 import math
-from typing import cast
 
 from msgspec import Struct, field
 
 from onegpu.core.jsonable import to_json
 from onegpu.core.units import GIB, MIB, gib
-from onegpu.evidence.receipt_schema import ReceiptData
 
-RECEIPT_SCHEMA = "onegpu/receipt@1"
-DEFAULT_UTILIZATION = 0.85  # the kit's fixed --gpu-memory-utilization, used when the run's argv does not say
 SHOWN = 5
 
 
@@ -92,103 +88,10 @@ class Calibration(Struct, frozen=True):
         return to_json(self)
 
 
-def _get(data, *path, default=None):
-    for key in path:
-        if not isinstance(data, dict) or key not in data:
-            return default
-        data = data[key]
-    return data
-
-
-def _flag(argv: list, name: str) -> str | None:
-    for i, arg in enumerate(argv):
-        if arg == name and i + 1 < len(argv):
-            return str(argv[i + 1])
-        if isinstance(arg, str) and arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-    return None
-
-
-def _ready_gpu_used(receipt: ReceiptData, samples: list[dict]) -> tuple[int | None, str]:
-    """GPU used at READY: the landing record's reading, else the last sample taken before ready_at."""
-    at_ready = _get(receipt, "landing", "at_ready")
-    if isinstance(at_ready, dict):
-        used = at_ready.get("gpu_used_bytes")
-        if isinstance(used, int):
-            return used, "NVML reading taken at READY (landing record)"
-        why = "; ".join(at_ready.get("errors") or []) or "the sample at READY holds no GPU reading"
-        return None, f"no NVML reading at READY ({why})"
-    ready_at = _get(receipt, "engine", "ready_at")
-    if not isinstance(ready_at, str) or not samples:
-        return None, "no sample at READY was recorded"
-    try:
-        ready_t = _dt.datetime.fromisoformat(ready_at).timestamp()
-    except ValueError:
-        return None, f"engine.ready_at {ready_at!r} is not a time"
-    before = [s for s in samples if isinstance(s.get("t"), (int, float)) and s["t"] <= ready_t + 1]
-    with_gpu = [s for s in before if isinstance(s.get("gpu_used_bytes"), int)]
-    if not with_gpu:
-        return None, "no sample up to READY holds an NVML reading"
-    return with_gpu[-1]["gpu_used_bytes"], "the last NVML sample up to READY (samples.jsonl)"
-
-
 # The measured reserve is one GPU's: a multi-GPU run's boot log has one line per worker, and the two protocols'
 # results are never pooled.
 MULTI_GPU_REFUSAL = ("{what}: a calibration measures the one-GPU protocol's non-weight reserve, and a multi-GPU "
                      "protocol's results are never pooled with it")
-
-
-def run_basis(run_id: str, folder: str, receipt, settings, manifest, samples: list[dict]) -> RunBasis:
-    """The basis of an earlier run from its receipt, settings (a Settings), manifest and samples.
-
-    Raises CalibrationError naming what is missing or why the run measured nothing.
-    """
-    where = f"run {run_id}"
-    if settings.multi_gpu is not None:
-        raise CalibrationError(MULTI_GPU_REFUSAL.format(what=f"{where} ran the {settings.protocol}"))
-    if not isinstance(receipt, dict) or receipt.get("schema") != RECEIPT_SCHEMA:
-        raise CalibrationError(f"{where}: receipt.json is not a kit receipt (schema {RECEIPT_SCHEMA!r})")
-    boot = receipt.get("boot")
-    if not isinstance(boot, dict) or boot.get("ready") is not True:
-        what = "never reached READY" if isinstance(boot, dict) else "never started an engine"
-        raise CalibrationError(f"{where}: the engine {what}: nothing was measured to calibrate from")
-    facts = boot.get("facts") or {}
-    missing = [line for key, line in (("load_gib", "Model loading took X GiB"),
-                                      ("kv_cache_gib", "Available KV cache memory: X GiB"))
-               if not isinstance(facts.get(key), (int, float))]
-    if missing:
-        raise CalibrationError(f"{where}: its boot log states no {' and no '.join(repr(m) for m in missing)} line: "
-                               "the engine's own accounting is not known")
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
-        raise CalibrationError(f"{where}: no manifest.json: nothing ties the run to a checkpoint")
-    files = {r["path"]: r["size"] for r in manifest["files"]
-             if isinstance(r, dict) and isinstance(r.get("path"), str) and isinstance(r.get("size"), int)}
-    config_sha = next((r.get("sha256") for r in manifest["files"]
-                       if isinstance(r, dict) and r.get("path") == "config.json"), None)
-    launch = receipt.get("launch") or {}
-    image_id = launch.get("image_id") or _get(receipt, "image", "id")
-    if not isinstance(image_id, str) or not image_id.startswith("sha256:"):
-        raise CalibrationError(f"{where}: the receipt names no image ID the engine ran from")
-    uuid = _get(receipt, "selection", "gpu_uuid")
-    devices = _get(receipt, "hardware", "gpu", "devices", default=[]) or []
-    device = next((d for d in devices if isinstance(d, dict) and d.get("uuid") == uuid), None)
-    if device is None or not isinstance(device.get("total_bytes"), int):
-        raise CalibrationError(f"{where}: the receipt records no selected GPU with its total memory")
-    argv = [*(launch.get("entrypoint") or []), *(launch.get("command") or [])]
-    util = _flag(argv, "--gpu-memory-utilization")
-    used, note = _ready_gpu_used(cast(ReceiptData, receipt), samples)  # its schema was checked above
-    return RunBasis(
-        run_id=run_id, folder=folder, checkpoint_files=files, config_sha256=config_sha, image_id=image_id,
-        context_tokens=settings.context_tokens, prefill_chunk_tokens=settings.prefill_chunk_tokens,
-        kv_cache_dtype=settings.kv_cache_dtype, cpu_offload_gib=settings.cpu_offload_gib,
-        gpu_name=device.get("name"), gpu_total_bytes=device["total_bytes"],
-        gpu_used_before_bytes=device.get("used_bytes") if isinstance(device.get("used_bytes"), int) else None,
-        gpu_utilization=float(util) if util else DEFAULT_UTILIZATION,
-        load_bytes=round(facts["load_gib"] * GIB), kv_pool_bytes=round(facts["kv_cache_gib"] * GIB),
-        kv_pool_tokens=facts.get("kv_cache_tokens"), ready_gpu_used_bytes=used, ready_note=note,
-        vllm_version=_get(receipt, "probe", "vllm_version") or facts.get("vllm_version"),
-        banners=[b for b in receipt.get("banners") or [] if isinstance(b, str)],
-        model_id=settings.model_id, model_revision=settings.model_revision)
 
 
 def _names(items: list[str]) -> str:

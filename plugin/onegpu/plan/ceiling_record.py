@@ -1,10 +1,8 @@
-"""Pure: the link ceiling as the receipt keeps it and the terminal shows it, and measured rates set against it.
+"""Pure: the link ceiling as the receipt keeps it and the terminal shows it.
 
 The receipt's "ceiling" section holds the inputs (the bytes a step reads, the routing, the link and how it is known)
 beside the upper bounds, so a reader can redo every division. After a run, the rates the canary and the batch
-measured are set against the ceilings as fractions of them: the measured rates are lower bounds (an answer's
-elapsed time holds its prefill and its decode), so a measured rate above a ceiling contradicts the model of the
-link, and is said so, never hidden.
+measured are set against the ceilings as fractions of them (onegpu.record.rates).
 """
 from __future__ import annotations
 
@@ -94,43 +92,6 @@ def percent(fraction: float) -> str:
     millionths of a GPU link's bound, not 0.0 %)."""
     value = 100 * fraction
     return f"{value:.1f}%" if value >= 1 or value == 0 else f"{value:.2g}%"
-
-
-def _finite(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
-        else None
-
-
-def measured_against(record: dict | None, summary: dict | None, what: str) -> list[dict]:
-    """The measured rates of a request run (its UNSCORED summary) as fractions of the ceilings: one row per rate
-    ({rate, measured_tps, ceiling_tps, fraction, status, why}); [] where either side is missing."""
-    if not record or not summary or not record.get("offloaded", True):
-        return []
-    rows = []
-    decode, prefill = _finite((record.get("decode_tps") or {}).get("1")), _finite(record.get("prefill_tps"))
-    for rate, measured, ceiling, why in (
-            ("decode", _finite(summary.get("output_tokens_per_s")), decode,
-             "output tokens / elapsed per answer, summed: a lower bound on the decode rate (the elapsed time holds "
-             "the prefill too)"),
-            ("prefill", _finite(summary.get("prompt_tokens_per_s")), prefill,
-             "prompt tokens / elapsed per answer, summed: a lower bound on the prefill rate (the elapsed time holds "
-             "the decode too)")):
-        if measured is None or ceiling is None:
-            continue
-        fraction = measured / ceiling if ceiling else None
-        status = "ABOVE THE CEILING: contradicts the model of the link" if fraction is not None and fraction > 1 \
-            else "below the ceiling"
-        rows.append({"run": what, "rate": rate, "measured_tps": round(measured, 3), "ceiling_tps": round(ceiling, 3),
-                     "fraction": float(f"{fraction:.4g}") if fraction is not None else None, "status": status, "why": why,
-                     "link_basis": (record.get("link") or {}).get("basis")})
-    return rows
-
-
-def measured_lines(rows: list[dict]) -> list[str]:
-    return [f"{r['run']} {r['rate']}: measured at least {r['measured_tps']:,.2f} tokens/s = "
-            f"{percent(r['fraction'])} of the link's {UPPER.lower()} {r['ceiling_tps']:,.2f} tokens/s "
-            f"(link {r['link_basis']}); {r['status']}" for r in rows if r.get("fraction") is not None]
-
 
 
 def plan_ceiling(plan, config: dict, link: Link, chunk: int) -> dict:

@@ -20,6 +20,7 @@ from msgspec.structs import replace
 from onegpu.core.jsonable import to_json
 from onegpu.core.units import GIB, gib
 from onegpu.plan.landing_kv import extensible_kv_check, extensible_lines
+from onegpu.plan.verdict import Verdict
 
 
 class Projection(Struct, frozen=True):
@@ -65,9 +66,9 @@ def _pool_tokens(pool: int | None, kv: dict, per_token: float | None) -> int | N
     return int(pool // per_token)
 
 
-def projection_from_plan(capacity_rows: list[dict]) -> Projection:
-    """The projection from the capacity verdicts (their JSON form, as in the receipt)."""
-    n = {row["check"]: row.get("numbers") or {} for row in capacity_rows}
+def projection_from_plan(verdicts: list[Verdict]) -> Projection:
+    """The projection from the plan's capacity verdicts."""
+    n = {v.check: v.numbers for v in verdicts}
     resident = n.get("gpu_weights", {}).get("gpu_resident_bytes")
     budget = n.get("gpu_budget", {}).get("budget_bytes")
     kv = n.get("kv_cache", {})

@@ -23,6 +23,7 @@ from onegpu.plan.capacity_host import CONTAINER_OWN_NEEDS_BYTES, UNCONFIRMED
 from onegpu.plan.ceiling import Link
 from onegpu.plan.ceiling_record import plan_ceiling, plan_ceiling_text
 from onegpu.plan.kv_sizing import kv_budget
+from onegpu.plan.kvcache import KvEstimate
 from onegpu.plan.offload import engine_layout, where_lines
 from onegpu.plan.offload_rules import RULES
 from onegpu.plan.settings import ASSUMED_DEFAULTS, OWN_FIELDS, SettingsError, check_field
@@ -158,14 +159,16 @@ def kv_inputs(req: ProposalRequest, kv) -> str:
             f"{kv.kv_dtype}{dtype}")
 
 
-def kv_differs_from_plan(req: ProposalRequest, kv, plan_kv: dict | None) -> str | None:
-    """A warning when this session's plan (from --settings) put another KV figure on the same context."""
-    if (kv.bytes is None or not plan_kv or plan_kv.get("context_tokens") != kv.context_tokens
-            or plan_kv.get("bytes") in (None, kv.bytes)):
+def kv_differs_from_plan(req: ProposalRequest, kv: KvEstimate, plan_kv: KvEstimate | None) -> str | None:
+    """A warning when this session's plan (from --settings; its KV estimate, None when the session estimated
+    none) put another KV figure on the same context."""
+    plan_bytes = plan_kv.bytes if plan_kv is not None else None
+    if (kv.bytes is None or plan_kv is None or plan_kv.context_tokens != kv.context_tokens
+            or plan_bytes is None or plan_bytes == kv.bytes):
         return None
     return (f"the plan of this session's settings puts the KV cache for the same {kv.context_tokens:,} tokens at "
-            f"{gib(plan_kv['bytes'])} (prefill chunk {plan_kv.get('prefill_chunk_tokens'):,}, "
-            f"{plan_kv.get('kv_dtype')}); this proposal's {gib(kv.bytes)} uses {kv_inputs(req, kv)}: "
+            f"{gib(plan_bytes)} (prefill chunk {plan_kv.prefill_chunk_tokens:,}, "
+            f"{plan_kv.kv_dtype}); this proposal's {gib(kv.bytes)} uses {kv_inputs(req, kv)}: "
             "the chunk or dtype differs, not the arithmetic")
 
 

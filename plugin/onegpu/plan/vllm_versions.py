@@ -141,19 +141,17 @@ REPLACE_WORDS = {
 _SAFE_VERSION = re.compile(r"^[0-9][0-9A-Za-z.+_-]{0,39}$")
 
 
-def accounting_from_record(record: object) -> Accounting | None:
+def accounting_from_record(series: str | None, basis: str | None, version: str | None,
+                           confirmed: bool | None) -> Accounting | None:
     """The Accounting a receipt's capacity_accounting.version recorded, rebuilt from its checked parts only (a series
     the kit knows, a basis word, a version of plain characters); None when any part is not of those shapes. What
     is rebuilt names no path: evidence stays behind."""
-    if not isinstance(record, dict):
+    rules = VERSION_RULES.get(str(series))
+    if rules is None or basis not in (DECLARED, PROBED, RECORDED, ASSUMED) or confirmed is None:
         return None
-    rules = VERSION_RULES.get(str(record.get("series")))
-    basis, version, confirmed = record.get("basis"), record.get("version"), record.get("confirmed")
-    if rules is None or basis not in (DECLARED, PROBED, RECORDED, ASSUMED) or not isinstance(confirmed, bool):
+    if version is not None and not _SAFE_VERSION.match(version):
         return None
-    if version is not None and not (isinstance(version, str) and _SAFE_VERSION.match(version)):
-        return None
-    return Accounting(rules, str(basis), version, "", confirmed)
+    return Accounting(rules, basis, version, "", confirmed)
 
 
 def choose_accounting(declared: str | None, settings_path: str, recorded: tuple[str, str] | None) -> Accounting:

@@ -20,8 +20,8 @@ from pytest_html.util import _process_css, _read_template
 from pytest_metadata.plugin import metadata_key
 
 from onegpu.core.units import GIB
-from onegpu.evidence.receipt_schema import ReceiptData
 from onegpu.evidence.rundir import write_private
+from onegpu.record.receipt import ReceiptRecord, record_of
 from onegpu.report.run_reader import read_samples, receipt_settings
 from onegpu.report.share_summary import share_text
 from onegpu.report.summary import TITLE, sections
@@ -56,7 +56,7 @@ class KitSections:
         if self.kit.receipt is None:
             return
         folder = self.kit.run_folder
-        receipt = self.kit.receipt.view()
+        receipt = record_of(self.kit.receipt.data)
         prefix.extend(sections(receipt, read_samples(folder), receipt_settings(receipt), run_files(folder)))
 
 
@@ -68,9 +68,9 @@ def run_files(folder: Path) -> list[tuple[str, int | None]]:
     return sorted(names.items())
 
 
-def write_share_summary(folder: Path, receipt: ReceiptData) -> Path:
+def write_share_summary(folder: Path, receipt: ReceiptRecord) -> Path:
     """summary-share.md (0600) in the run folder, from the receipt only (the settings as the session read them)."""
-    return write_private(folder / SHARE_NAME, share_text(receipt, receipt_settings(receipt)))
+    return write_private(folder / SHARE_NAME, share_text(receipt))
 
 
 def attach_html_report(session, path: Path) -> None:
@@ -91,31 +91,32 @@ def attach_html_report(session, path: Path) -> None:
     report.pytest_sessionstart(session)
 
 
-def environment_rows(receipt: ReceiptData) -> dict[str, str]:
+def environment_rows(receipt: ReceiptRecord) -> dict[str, str]:
     """GPU, driver, RAM and Docker lines for pytest-html's environment table (via pytest-metadata)."""
-    hw = receipt.get("hardware") or {}
-    rows: dict[str, str] = {"onegpu run": receipt.get("run_folder", "")}
-    gpu = hw.get("gpu") or {}
-    if gpu.get("nvml_loaded"):
-        for d in gpu.get("devices", []):
-            rows[f"GPU {d['index']}"] = f"{d['name']} {d['total_bytes'] / GIB:.1f} GiB"
-        rows["NVIDIA driver"] = f"{gpu.get('driver_version')} (CUDA {gpu.get('cuda_driver_version')})"
-    elif hw:
-        rows["GPU"] = f"none readable ({gpu.get('error')})"
-    host = hw.get("host") or {}
-    if host:
-        total = host.get("ram_total_bytes")
+    hw = receipt.hardware
+    rows: dict[str, str] = {"onegpu run": receipt.run_folder if receipt.run_folder is not None else ""}
+    gpu = hw.gpu if hw is not None else None
+    if gpu is not None and gpu.nvml_loaded:
+        for d in gpu.devices or []:
+            size = "unknown" if d.total_bytes is None else f"{d.total_bytes / GIB:.1f}"  # the writer always states it
+            rows[f"GPU {d.index}"] = f"{d.name} {size} GiB"
+        rows["NVIDIA driver"] = f"{gpu.driver_version} (CUDA {gpu.cuda_driver_version})"
+    elif hw is not None:
+        rows["GPU"] = f"none readable ({gpu.error if gpu is not None else None})"
+    host = hw.host if hw is not None else None
+    if host is not None:
+        total = host.ram_total_bytes
         rows["Host RAM"] = "unknown (not stated)" if total is None else f"{total / GIB:.1f} GiB total"
-    docker = hw.get("docker") or {}
-    if docker:
-        rows["Docker"] = (f"{docker.get('server_version')} at {docker.get('endpoint')}" if docker.get("reachable")
-                          else f"unreachable ({docker.get('error')})")
-    if receipt.get("hardware_source") == "replayed":
+    docker = hw.docker if hw is not None else None
+    if docker is not None:
+        rows["Docker"] = (f"{docker.server_version} at {docker.endpoint}" if docker.reachable
+                          else f"unreachable ({docker.error})")
+    if receipt.hardware_source == "replayed":
         rows["Hardware facts"] = "REPLAYED from a profile, not read from this machine"
     return rows
 
 
-def refresh_environment(config, receipt: ReceiptData) -> None:
+def refresh_environment(config, receipt: ReceiptRecord) -> None:
     """Put the session's facts into pytest-metadata, and the report's environment table, before it is written."""
     config.stash[metadata_key].update(environment_rows(receipt))
     report = config.pluginmanager.get_plugin(REPORT_PLUGIN_NAME)

@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import re
 from html import escape
+from typing import TypeGuard, TypeVar
 
-from onegpu.evidence.receipt_schema import ReceiptData
+from onegpu.record.base import Section
+from onegpu.record.receipt import ReceiptRecord
+
+S = TypeVar("S", bound=Section)
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # terminal colour and cursor sequences in engine log lines
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -94,33 +98,51 @@ def table(header: list[str], rows: list[list], status_col: int | None = None) ->
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def _why_not_run(receipt: ReceiptData, phase: str) -> str:
-    reasons = sorted({t.get("message") or "" for t in (receipt.get("tests") or {}).values()
-                      if t.get("phase") == phase and t.get("outcome") == "deselected"} - {""})
+def recorded(part: S | None) -> TypeGuard[S]:
+    """Whether a receipt section (or a part of one) holds at least one value: one written as {} reads as not
+    recorded, as one left out does."""
+    return part is not None and part != type(part)()
+
+
+def held(part: S | None) -> S | None:
+    """A section as recorded, or None where it holds nothing."""
+    return part if recorded(part) else None
+
+
+def fields(part: Section | None) -> list[tuple[str, object]]:
+    """The keys a section holds, with their values, in the order its type declares them (a key left out, or
+    written null, reads None and is not listed)."""
+    if part is None:
+        return []
+    return [(k, v) for k in part.__struct_fields__ if (v := getattr(part, k)) is not None]
+
+
+def _why_not_run(receipt: ReceiptRecord, phase: str) -> str:
+    reasons = sorted({t.message or "" for t in receipt.tests.values()
+                      if t.phase == phase and t.outcome == "deselected"} - {""})
     return "; ".join(reasons) if reasons else "no test of this phase was selected in this session"
 
 
-def absent(receipt: ReceiptData, phase: str, what: str = "") -> str:
+def absent(receipt: ReceiptRecord, phase: str, what: str = "") -> str:
     """Why a section has no data: its phase did not run, was blocked, failed, or recorded nothing."""
-    p = (receipt.get("phases") or {}).get(phase) or {}
-    verdict = p.get("verdict")
+    p = receipt.phases.get(phase)
+    verdict = p.verdict if p is not None else None
     lead = f"{what}: " if what else ""
-    if verdict in (None, "NOT RUN"):
-        why = _why_not_run(receipt, phase) if receipt.get("tests") else "the session recorded no test outcome"
+    if p is None or verdict in (None, "NOT RUN"):
+        why = _why_not_run(receipt, phase) if receipt.tests else "the session recorded no test outcome"
         text = f"{lead}not run (phase {phase}: {why})"
     elif verdict == "BLOCKED":
-        text = f"{lead}not established: phase {phase} BLOCKED {p.get('code')}: {p.get('message')}"
+        text = f"{lead}not established: phase {phase} BLOCKED {p.code}: {p.message}"
     elif verdict in ("FAILED", "INTERRUPTED"):
-        text = f"{lead}not established: phase {phase} {verdict}: {p.get('message')}"
+        text = f"{lead}not established: phase {phase} {verdict}: {p.message}"
     else:
         text = f"{lead}not recorded (phase {phase}: {verdict})"
     return f'<p class="og-notrun-text">{e(text)}</p>'
 
 
-def multi_gpu_protocol(receipt: ReceiptData) -> str | None:
+def multi_gpu_protocol(receipt: ReceiptRecord) -> str | None:
     """The "N-GPU protocol (TP x PP)" a run declared, or None for the one-GPU protocol."""
-    protocol = (receipt.get("selection") or {}).get("protocol")
-    return protocol if isinstance(protocol, str) and protocol else None
+    return (receipt.selection.protocol if receipt.selection is not None else None) or None
 
 
 # What a multi-GPU run's measured figures are: the sampler reads rank 0's card, the boot log has a line per worker.

@@ -10,18 +10,23 @@ from html import escape
 from typing import Sequence
 
 from onegpu.plan.ceiling_record import percent
+from onegpu.record.sections_insight import RateRow
 from onegpu.report.svg import FONT
 
 WIDTH, LEFT, RIGHT, ROW_H, TOP, BOTTOM = 900, 150, 250, 30, 30, 34
 BAR, OVER, TRACK = "#2471a3", "#c0392b", "#eaeaea"
 
 
-def _fraction(row: dict) -> float | None:
-    value = row.get("fraction")
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+def _fraction(row: RateRow) -> float | None:
+    return float(row.fraction) if row.fraction is not None else None
 
 
-def rates_plot(rows: Sequence[dict]) -> str | None:
+def _or_zero(value: int | float | None) -> int | float:
+    """A rate the row left out reads 0 in the bar's caption."""
+    return value if value is not None else 0
+
+
+def rates_plot(rows: Sequence[RateRow]) -> str | None:
     """The SVG element, or None when no row has a fraction."""
     shown = [r for r in rows if _fraction(r) is not None]
     if not shown:
@@ -40,12 +45,12 @@ def rates_plot(rows: Sequence[dict]) -> str | None:
         y = TOP + i * ROW_H
         colour = OVER if share > 1 else BAR
         body += [f'<text x="{LEFT - 8}" y="{y + 15}" text-anchor="end" {FONT}>'
-                 f'{escape(str(row.get("run")))} {escape(str(row.get("rate")))}</text>',
+                 f'{escape(str(row.run))} {escape(str(row.rate))}</text>',
                  f'<rect x="{LEFT}" y="{y + 4}" width="{x(1.0) - LEFT:.1f}" height="16" fill="{TRACK}"/>',
                  f'<rect class="og-rate" x="{LEFT}" y="{y + 4}" width="{max(x(share) - LEFT, 1.0):.1f}" height="16" '
                  f'fill="{colour}"/>',
                  f'<text x="{WIDTH - RIGHT + 8}" y="{y + 15}" {FONT}>{percent(share)}: '
-                 f'{row.get("measured_tps", 0):,.2f} of at most {row.get("ceiling_tps", 0):,.2f} tokens/s'
+                 f'{_or_zero(row.measured_tps):,.2f} of at most {_or_zero(row.ceiling_tps):,.2f} tokens/s'
                  f'{" ABOVE" if share > 1 else ""}</text>']
     bottom = TOP + ROW_H * len(shown)
     body += [f'<line x1="{x(1.0):.1f}" y1="{TOP}" x2="{x(1.0):.1f}" y2="{bottom}" stroke="#333" '

@@ -1,10 +1,11 @@
 """The one reader of a run folder the kit wrote: the report (its own run), calibration (--calibrate-from an earlier
 run) and compare (two runs) read receipt, manifest, settings and samples through it, with the same rules.
 
-A receipt is strict JSON of the kit's schema, with the journal a killed session left folded in; the manifest is
-checked for its digests (path, size, SHA-256 of every file; --reuse-manifest also needs mtimes and inodes); settings.json is judged as --settings is (kept as its error when it does
-not hold); samples.jsonl skips a torn last line. A folder that is not a run folder raises NotARunFolder, whose
-message names the file and the rule.
+A receipt is strict JSON of the kit's schema, with the journal a killed session left folded in, read as one typed
+record (onegpu.record.receipt.ReceiptRecord, which refuses a value it does not declare); the manifest is checked
+for its digests (path, size, SHA-256 of every file; --reuse-manifest also needs mtimes and inodes); settings.json
+is judged as --settings is (kept as its error when it does not hold); samples.jsonl skips a torn last line. A
+folder that is not a run folder raises NotARunFolder, whose message names the file and the rule.
 """
 from __future__ import annotations
 
@@ -16,11 +17,10 @@ from msgspec import Struct
 from onegpu.core import strict_json
 from onegpu.core.jsonable import to_json
 from onegpu.custody.manifest import ManifestError, load_manifest
-from onegpu.evidence.receipt import JOURNAL, apply_journal
-from onegpu.evidence.receipt import SCHEMA as RECEIPT_SCHEMA
-from onegpu.evidence.receipt_check import declared_view
-from onegpu.evidence.receipt_schema import ReceiptData
+from onegpu.evidence.journal import JOURNAL, apply_journal
+from onegpu.evidence.journal import SCHEMA as RECEIPT_SCHEMA
 from onegpu.plan.settings import Settings, SettingsError, load_settings
+from onegpu.record.receipt import ReceiptRecord, ReceiptShapeError, record_of
 
 MAX_RECEIPT_BYTES = 200_000_000
 
@@ -31,7 +31,7 @@ class NotARunFolder(ValueError):
 
 class RunFolder(Struct, frozen=True):
     path: Path
-    receipt: ReceiptData  # receipt.json with the journal folded in
+    receipt: ReceiptRecord  # receipt.json with the journal folded in
     manifest: dict | None  # manifest.json, when custody ran
     settings: Settings | SettingsError  # settings.json as --settings judges it, or why it does not hold
 
@@ -60,6 +60,10 @@ def read_run(folder: Path) -> RunFolder:
         receipt = apply_journal(receipt, folder)  # a session killed before its last whole write journalled the rest
     except (ValueError, TypeError, AttributeError) as exc:
         raise NotARunFolder(f"{folder / JOURNAL}: not a readable receipt journal ({exc})") from None
+    try:
+        record = record_of(receipt)
+    except ReceiptShapeError as exc:  # a value the record does not declare: named with msgspec's path
+        raise NotARunFolder(f"{path}: {str(exc).removeprefix('receipt.json: ')}") from None
     manifest = None
     if (folder / "manifest.json").is_file():
         try:
@@ -71,7 +75,7 @@ def read_run(folder: Path) -> RunFolder:
         settings = load_settings(folder / "settings.json")
     except SettingsError as exc:
         settings = exc
-    return RunFolder(folder, declared_view(receipt), manifest, settings)
+    return RunFolder(folder, record, manifest, settings)
 
 
 # Where the settings were read from, not what they say: the report and compare leave these out of the values.
@@ -85,10 +89,19 @@ def shown_settings(values: dict) -> dict:
     return {k: values.get(k) for k in Settings.__struct_fields__ if k not in _BOOKKEEPING}
 
 
-def receipt_settings(receipt: ReceiptData) -> dict | None:
+def receipt_settings(receipt: ReceiptRecord) -> dict | None:
     """The session's settings as it read them once, from its receipt; None when they did not hold."""
-    section = receipt.get("settings")
-    return shown_settings(section["values"]) if section else None
+    section = receipt.settings
+    if section is None or section.values is None:
+        return None
+    return shown_settings(_as_written(section.values))
+
+
+def _as_written(section: Struct) -> dict:
+    """A receipt section as the JSON its writer wrote: the keys it wrote, nested sections likewise (a key read as
+    None is left out: the writers of settings.values.multi_gpu and probe.h2d write no null in them)."""
+    return {k: _as_written(v) if isinstance(v, Struct) else v for k in section.__struct_fields__
+            if (v := getattr(section, k)) is not None}
 
 
 def read_samples(folder: Path) -> list[dict]:
@@ -114,25 +127,24 @@ class RecordedVersion(Struct, frozen=True):
     folder: Path
 
 
-def _recorded(folder: Path) -> dict | None:
+def _recorded(folder: Path) -> ReceiptRecord | None:
     """An earlier session's receipt (its journal folded in) where it is one the kit wrote; None otherwise."""
     path = folder / "receipt.json"
     try:
-        receipt = apply_journal(strict_json.load_file(path, MAX_RECEIPT_BYTES)[0], folder)
-    except (OSError, ValueError, TypeError, AttributeError):  # JSONFileError is a ValueError
+        receipt = record_of(apply_journal(strict_json.load_file(path, MAX_RECEIPT_BYTES)[0], folder))
+    except (OSError, ValueError, TypeError, AttributeError):  # JSONFileError and ReceiptShapeError are ValueErrors
         return None  # not a receipt the kit can read: it records nothing
-    return receipt if isinstance(receipt, dict) and receipt.get("schema") == RECEIPT_SCHEMA else None
+    return receipt if receipt.schema == RECEIPT_SCHEMA else None
 
 
-def _probe_of(folder: Path) -> tuple[object, object]:
+def _probe_of(folder: Path) -> tuple[str | None, str | None]:
     """(image ID, vLLM version) an earlier session's probe recorded; (None, None) when its receipt does not say."""
     receipt = _recorded(folder)
-    probe, launch = (receipt or {}).get("probe"), (receipt or {}).get("launch")
-    if not isinstance(probe, dict) or not isinstance(launch, dict):
+    if receipt is None or receipt.probe is None or receipt.launch is None:
         return None, None
-    numbers = probe.get("numbers")
-    blocked_read = numbers.get("vllm_version") if isinstance(numbers, dict) else None
-    return launch.get("image_id"), probe.get("vllm_version") or blocked_read
+    probe = receipt.probe
+    blocked_read = probe.numbers.vllm_version if probe.numbers is not None else None
+    return receipt.launch.image_id, probe.vllm_version or blocked_read
 
 
 def _newest_folders(parent: Path, skip: Path | None, newest: int) -> list[Path]:
@@ -153,13 +165,14 @@ class RecordedLink(Struct, frozen=True):
 def recorded_link(parent: Path, gpu_uuid: str, skip: Path | None = None, newest: int = 200) -> RecordedLink | None:
     """The newest earlier probe's measurement of the link of the GPU `gpu_uuid` among the run folders in `parent`."""
     for folder in _newest_folders(parent, skip, newest):
-        receipt = _recorded(folder) or {}
-        probe, selection = receipt.get("probe"), receipt.get("selection")
-        if not isinstance(probe, dict) or not isinstance(selection, dict) or selection.get("gpu_uuid") != gpu_uuid:
+        receipt = _recorded(folder)
+        if receipt is None or receipt.probe is None or receipt.selection is None:
             continue
-        h2d = probe.get("h2d")
-        if isinstance(h2d, dict) and isinstance(h2d.get("gbps"), (int, float)):
-            return RecordedLink(h2d, folder)
+        if receipt.selection.gpu_uuid != gpu_uuid:
+            continue
+        h2d = receipt.probe.h2d
+        if h2d is not None and h2d.gbps is not None:
+            return RecordedLink(_as_written(h2d), folder)  # as the probe wrote it, for onegpu.plan.ceiling
     return None
 
 
@@ -169,6 +182,6 @@ def recorded_vllm_version(parent: Path, image_id: str, skip: Path | None = None,
     (the `newest` folders by name, which starts with their UTC time); None when none did."""
     for folder in _newest_folders(parent, skip, newest):
         probed_image, version = _probe_of(folder)
-        if probed_image == image_id and isinstance(version, str) and version:
+        if probed_image == image_id and version:
             return RecordedVersion(version, folder)
     return None

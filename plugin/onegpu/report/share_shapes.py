@@ -54,8 +54,3 @@ def number(value, unit: str = "", digits: int = 2) -> str:
         return "unknown"
     text = f"{v:,}" if isinstance(v, int) else f"{v:,.{digits}f}"
     return f"{text}{unit}"
-
-
-def as_dict(value) -> dict:
-    """The value when it is a dict, else an empty one (a receipt cut mid-write may hold anything)."""
-    return value if isinstance(value, dict) else {}

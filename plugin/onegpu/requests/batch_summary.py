@@ -102,35 +102,6 @@ def _rate(ok: list[str], answers: dict, timings: dict) -> dict:
     }
 
 
-def _ids(ids: list[str], total: int) -> str:
-    more = f", ... {total - len(ids)} more" if total > len(ids) else ""
-    return f" ({', '.join(ids)}{more})" if ids else ""
-
-
-def summary_lines(summary: dict) -> list[str]:
-    """The summary as terminal lines; the first says UNSCORED."""
-    s = summary
-    lines = [s["note"],
-             f"expected {s['expected']}, received {s['received']} ({s['answered_2xx']} with HTTP 2xx), "
-             f"missing {s['missing']}{_ids(s['missing_ids'], s['missing'])}"]
-    if s["errors"]:
-        lines.append("errors: " + "; ".join(f"{code} {n}{_ids(s['error_ids'][code], n)}"
-                                            for code, n in s["errors"].items()))
-    else:
-        lines.append("errors: none")
-    lines.append(f"length-limited choices (finish_reason \"length\"): {s['length_limited']}"
-                 f"{_ids(s['length_limited_ids'], s['length_limited'])}")
-    lines.append(f"empty generations: {s['empty_generations']}"
-                 f"{_ids(s['empty_generation_ids'], s['empty_generations'])}")
-    rate = "n/a (no answered request reported usage)" if s["output_tokens_per_s"] is None else (
-        f"{s['output_tokens_per_s']:.2f} ({s['output_tokens']} tokens in {s['measured_elapsed_s']} s)")
-    lines.append(f"{s['rate_label']}: {rate}")
-    if s["median_elapsed_s"] is not None:
-        lines.append(f"median elapsed {s['median_elapsed_s']} s, median time to first byte {s['median_ttfb_s']} s "
-                     "per request (through this transport)")
-    return lines
-
-
 def unaccounted(summary: dict) -> list[str]:
     """Requests neither answered nor recorded as an error (empty whenever the records are whole)."""
     return summary["error_ids"].get(NO_RECORD, [])

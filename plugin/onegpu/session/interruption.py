@@ -11,7 +11,8 @@ from pathlib import Path
 
 from msgspec import Struct
 
-from onegpu.evidence.receipt_schema import ReceiptData
+from onegpu.record.entries import PhaseProgress, TestEntry
+from onegpu.record.receipt import ReceiptRecord
 from onegpu.requests.batch import BATCH_STEM
 
 # pytest-timeout's failure text ("Timeout (>600.0s) from pytest-timeout."): how its signal method reports.
@@ -46,12 +47,12 @@ def timeout_detail(message: str) -> str | None:
     return message[start:message.find(")", start) + 1] if start >= 0 else ""
 
 
-def unreported(selected: dict[str, str], tests: dict[str, dict], cut: Cut) -> dict[str, dict]:
+def unreported(selected: dict[str, str], tests: dict[str, TestEntry], cut: Cut) -> dict[str, dict]:
     """Entries for the selected tests (nodeid -> phase) that recorded no outcome: the one it cut, the rest
     never reached."""
     out = {}
     for nodeid, phase in selected.items():
-        if nodeid in tests and tests[nodeid].get("outcome") != "deselected":
+        if nodeid in tests and tests[nodeid].outcome != "deselected":
             continue
         if nodeid == cut.nodeid:
             message = f"cut by {cut.words} while this test ran"
@@ -70,20 +71,20 @@ def _complete_lines(path: Path) -> int:
         return 0
 
 
-def phase_progress(receipt: ReceiptData, folder: Path) -> dict[str, dict]:
+def phase_progress(receipt: ReceiptRecord, folder: Path) -> dict[str, PhaseProgress]:
     """{phase: {done, of, unit}} for the request phases whose request file was read: answers on disk of the
     requests in the file (a resumed batch counts its earlier sessions' answers too)."""
     out = {}
     for phase in COUNTED:
-        section = receipt.get("canary") if phase == "canary" else receipt.get("batch")
-        request_file = (section or {}).get("request_file") or {}
-        total = request_file.get("requests")
-        if not isinstance(total, int):
+        section = receipt.canary if phase == "canary" else receipt.batch
+        request_file = section.request_file if section is not None else None
+        if request_file is None or request_file.requests is None:
             continue
         if phase == "batch":
             stem = BATCH_STEM
         else:  # the canary's records are named after its request file: <stem>-requests.jsonl
-            stem = Path(request_file.get("path", "canary-requests.jsonl")).name.removesuffix("-requests.jsonl")
+            stem = Path(request_file.path or "canary-requests.jsonl").name.removesuffix("-requests.jsonl")
             stem = f"{stem}-responses"
-        out[phase] = {"done": _complete_lines(folder / f"{stem}.jsonl"), "of": total, "unit": "answered"}
+        out[phase] = PhaseProgress(done=_complete_lines(folder / f"{stem}.jsonl"), of=request_file.requests,
+                                   unit="answered")
     return out

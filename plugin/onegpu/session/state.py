@@ -8,6 +8,7 @@ from msgspec import Struct, field
 
 from onegpu.core.outcomes import PHASES
 from onegpu.evidence.receipt import Receipt
+from onegpu.record.sections_insight import Ceiling, RateRow
 from onegpu.session.interruption import Cut
 
 
@@ -27,12 +28,16 @@ class KitSession(Struct):
     protocol_held: str = ""  # which: "multi_gpu" or "one_gpu"
     shown: dict[str, list[str]] = field(default_factory=lambda: {p: [] for p in PHASES})
     tables: dict[str, list[str]] = field(default_factory=dict)  # titled blocks printed at the end
+    shown_recorded: bool = False  # the receipt holds its "shown" section: later lines are added one by one
+    tables_recorded: bool = False  # the receipt holds its "tables" section: later tables are merged in
     blocked: dict[str, dict] = field(default_factory=dict)  # nodeid -> Blocked.as_json()
     replayed: bool = False
     synthetic_checkpoint: bool = False
     selected: dict[str, str] = field(default_factory=dict)  # nodeid -> phase of every kit test that will run
     running: str | None = None  # the kit test in progress (still set when an interrupt cut it)
     cut: Cut | None = None  # once the timeout backstop cut a test
+    ceiling: Ceiling | None = None  # the latest link ceiling the receipt holds (the probe's measured link, else the scan's)
+    rates: list[RateRow] = field(default_factory=list)  # the measured rates against it, the receipt's rates_vs_ceiling
 
     def show(self, phase: str, line: str) -> None:
         """A fact line for the terminal and the receipt (one per fact, in the order established)."""
@@ -40,19 +45,21 @@ class KitSession(Struct):
             self.shown[phase].append(line)
             if self.receipt is None:
                 return
-            if "shown" in self.receipt.data:
+            if self.shown_recorded:
                 self.receipt.add(["shown", phase], line)  # one journal line, not every line shown so far
             else:
                 self.receipt.set("shown", {p: list(lines) for p, lines in self.shown.items()})
+                self.shown_recorded = True
 
     def table(self, title: str, lines: list[str]) -> None:
         self.tables[title] = lines
         if self.receipt is None:
             return
-        if "tables" in self.receipt.data:
+        if self.tables_recorded:
             self.receipt.update("tables", **{title: list(lines)})
         else:
             self.receipt.set("tables", {t: list(rows) for t, rows in self.tables.items()})
+            self.tables_recorded = True
 
 
 KIT_KEY = pytest.StashKey[KitSession]()

@@ -4,7 +4,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from onegpu.core.outcomes import PHASES
-from onegpu.evidence.verdicts import phase_verdicts, run_verdict
+from onegpu.record.receipt import record_of
+from onegpu.record.verdicts import phase_verdicts, run_verdict
 
 if TYPE_CHECKING:  # the type only: the session module imports pytest, and this module is pure
     from onegpu.session.state import KitSession
@@ -13,9 +14,9 @@ if TYPE_CHECKING:  # the type only: the session module imports pytest, and this 
 def summary_lines(kit: KitSession) -> list[str]:
     receipt, run_folder = kit.receipt, kit.run_folder
     assert receipt is not None and run_folder is not None, "a session's summary comes after its run folder opened"
-    data = receipt.view()
+    record = record_of(receipt.data)
     lines: list[str] = []
-    for banner in data.get("banners", []):
+    for banner in record.banners:
         lines.append(f"*** {banner} ***")
     shown = [(phase, line) for phase in PHASES for line in kit.shown[phase]]
     if shown:
@@ -23,9 +24,9 @@ def summary_lines(kit: KitSession) -> list[str]:
         lines.append("onegpu facts")
         lines += [f"  [{phase}] {line}" for phase, line in shown]
     blocked: dict[str, int] = {}
-    for test in data["tests"].values():
-        if test["outcome"] == "blocked":
-            key = f"BLOCKED {test['code']}: {test['message']}"
+    for test in record.tests.values():
+        if test.outcome == "blocked":
+            key = f"BLOCKED {test.code}: {test.message}"
             blocked[key] = blocked.get(key, 0) + 1
     if blocked:
         lines.append("")
@@ -35,19 +36,19 @@ def summary_lines(kit: KitSession) -> list[str]:
         lines.append("")
         lines.append(title)
         lines += [f"  {row}" for row in block]
-    for warning in data.get("warnings", []):
+    for warning in record.warnings:
         lines.append(f"WARNING: {warning}")
     share = run_folder / "summary-share.md"
     if share.exists():
         lines.append(f"public summary: {share} (the one to post; review report.html before sharing it)")
-    phases = data.get("phases") or phase_verdicts(data["tests"])
+    phases = record.phases or record_of({"phases": phase_verdicts(record.tests)}).phases
     lines.append("")
     lines.append("onegpu verdicts (one line per phase)")
     for phase in PHASES:
         p = phases[phase]
-        detail = f" {p['code']}: {p['message']}" if p.get("code") else (f": {p['message']}" if p.get("message") else "")
-        lines.append(f"  {phase:<8} {p['verdict']}{detail}")
-    lines.append(f"  run      {data.get('verdict') or run_verdict(phases, data.get('capacity'))}")
+        detail = f" {p.code}: {p.message}" if p.code else (f": {p.message}" if p.message else "")
+        lines.append(f"  {phase:<8} {p.verdict}{detail}")
+    lines.append(f"  run      {record.verdict or run_verdict(phases, record.capacity)}")
     lines.append(f"run folder: {run_folder}")
     lines.append(f"report:     {run_folder / 'report.html'}")
     return lines
