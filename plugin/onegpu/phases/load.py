@@ -45,16 +45,11 @@ def engine(request, live_hardware, runtime_probe, manifest, checkpoint_unchanged
 
 
 def boot_line(boot, elapsed_s: float) -> str:
-    """The load fact line: how long, and what the boot log said about weights and the KV cache."""
-    parts = [f"engine ready on its Unix socket after {elapsed_s:,.1f} s"]
-    if boot is None:
-        return parts[0]
-    if boot.load_gib is not None:
-        parts.append(f"weights {boot.load_gib:,.2f} GiB loaded in {boot.load_s or 0:,.1f} s")
-    if boot.cpu_offload_gib is not None:
-        parts.append(f"{boot.cpu_offload_gib:,.2f} GiB offloaded to CPU")
-    if boot.kv_cache_gib is not None:
-        parts.append(f"KV cache {boot.kv_cache_gib:,.2f} GiB = {boot.kv_cache_tokens or 0:,} tokens")
-    if boot.max_concurrency is not None:
-        parts.append(f"max concurrency {boot.max_concurrency:,.2f}x at {boot.concurrency_tokens or 0:,} tokens")
-    return "; ".join(parts)
+    """The load fact line: how long, and what the boot log said (onegpu.report.boot_facts, the one table)."""
+    import msgspec
+
+    from onegpu.engine.container import facts_json
+    from onegpu.record.sections_load import BootFacts
+    from onegpu.report.boot_facts import terminal_line
+
+    return terminal_line(msgspec.convert(facts_json(boot), BootFacts) if boot is not None else None, elapsed_s)

@@ -27,6 +27,7 @@ from onegpu.record.sections_requests import (
     SessionRun,
     TransportStreams,
 )
+from onegpu.report.boot_facts import NOT_REPORTED, boot_fact_rows
 from onegpu.report.insight import landing, operator_score
 from onegpu.report.parts import (
     ONE_WORKER,
@@ -123,11 +124,7 @@ def boot(receipt: ReceiptRecord) -> str:
         f = b.facts or BootFacts()
         facts: list[tuple[str, object]] = [
             ("ready after", _seconds(b.elapsed_s)),
-            ("KV cache pool", f"{text(f.kv_cache_gib)} GiB = {num(f.kv_cache_tokens)} tokens"),
-            ("maximum concurrency", f"{text(f.max_concurrency)}x at {num(f.concurrency_tokens)} tokens"),
-            ("model loading", f"{text(f.load_gib)} GiB in {text(f.load_s)} s"),
-            ("CPU-offloaded parameters", f"{text(f.cpu_offload_gib)} GiB" if f.cpu_offload_gib is not None
-             else "not reported in the log"),
+            *((label, said or NOT_REPORTED) for label, said in boot_fact_rows(f)),
             ("server started", f.server_started), ("vLLM version (log)", f.vllm_version)]
         body.append(kv(facts + ([("these figures are", f"{ONE_WORKER} of the {multi_gpu_protocol(receipt)}, not the "
                                                        "set's total")] if multi_gpu_protocol(receipt) else [])))

@@ -21,6 +21,7 @@ from onegpu.record.sections_machine import GpuDevice, Selection
 from onegpu.record.sections_plan import SettingsValues
 from onegpu.record.sections_requests import EngineEnd
 from onegpu.record.verdicts import capacity_tally
+from onegpu.report.boot_facts import share_line
 from onegpu.report.parts import ONE_WORKER, RANK0_GPU, multi_gpu_protocol
 from onegpu.report.share_ceiling import ceiling_share_lines
 from onegpu.report.share_insight import calibration_lines, consistency_lines, landing_lines, proposal_lines, score_lines
@@ -251,17 +252,7 @@ def run_lines(receipt: ReceiptRecord) -> list[str]:
                      f"{len((auth.failures if auth is not None else None) or [])} file(s) contradicted")
     b = receipt.boot
     if b is not None and b.ready is True:
-        f = b.facts
-        load_gib, load_s = (f.load_gib, f.load_s) if f is not None else (None, None)
-        kv_gib, kv_tokens = (f.kv_cache_gib, f.kv_cache_tokens) if f is not None else (None, None)
-        concurrency, tokens = (f.max_concurrency, f.concurrency_tokens) if f is not None else (None, None)
-        offload = f.cpu_offload_gib if f is not None else None
-        out.append(f"- boot: ready after {number(b.elapsed_s, ' s')}; weights "
-                   f"{number(load_gib, ' GiB')}"
-                   f" loaded in {number(load_s, ' s')}; KV cache pool {number(kv_gib, ' GiB')}"
-                   f" = {number(kv_tokens)} tokens; max concurrency "
-                   f"{number(concurrency)}x at {number(tokens)} tokens; CPU "
-                   f"offloaded " + ("not reported in the log" if offload is None else number(offload, " GiB"))
+        out.append(f"- boot: {share_line(b.facts, number(b.elapsed_s, ' s'))}"
                    + (f" ({ONE_WORKER})" if multi_gpu_protocol(receipt) else ""))
     elif b is not None:
         fail = b.failure
