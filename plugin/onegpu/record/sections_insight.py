@@ -3,16 +3,8 @@ operator-supplied score (onegpu.phases.plan_ceiling, plan_insight, canary), as r
 from __future__ import annotations
 
 from onegpu.record.base import Section
+from onegpu.record.sections_load import LinkMeasurement
 from onegpu.record.sections_plan import CapacityNumber
-
-
-class LinkMeasurement(Section, frozen=True):
-    """The runtime probe's pinned host-to-device copies (onegpu.engine.probe_script:link_bandwidth)."""
-    bytes: int | None = None  # the size of one copy
-    repeats: int | None = None
-    seconds: list[int | float] | None = None  # each timed copy
-    gbps: int | float | None = None  # the best copy's rate
-    device: str | None = None
 
 
 class CeilingLink(Section, frozen=True):

@@ -60,8 +60,9 @@ class Launch(Section, frozen=True):
     docker_run_line: str | None = None
 
 
-class ProbeH2d(Section, frozen=True):
-    """onegpu.engine.probe_script:link_bandwidth (pinned host-to-device copies in the image)."""
+class LinkMeasurement(Section, frozen=True):
+    """onegpu.engine.probe_script:link_bandwidth (pinned host-to-device copies in the image; the probe's h2d, and the
+    measurement a link ceiling stands on)."""
 
     bytes: int | None = None
     repeats: int | None = None
@@ -117,7 +118,7 @@ class Probe(Section, frozen=True):
     parser_judged: bool | None = None
     parser_note: str | None = None
     cuda_init_error: str | None = None  # torch's reason for seeing no CUDA device, in its words
-    h2d: ProbeH2d | None = None
+    h2d: LinkMeasurement | None = None
     h2d_error: str | None = None
     elapsed_s: int | float | None = None
     accounting: ProbeAccounting | None = None
@@ -147,7 +148,7 @@ class EngineState(Section, frozen=True):
     oom_killed: bool | None = None
 
 
-class EngineEnd(Section, frozen=True):
+class EngineTeardown(Section, frozen=True):
     """onegpu.engine.container:Engine.close (its steps), merged with onegpu.session.reaper_watch:close_evidence."""
 
     state_at_end: EngineState | None = None
@@ -183,7 +184,7 @@ class Engine(Section, frozen=True):
     started_at: str | None = None
     ready_at: str | None = None
     boot_elapsed_s: int | float | None = None
-    end: EngineEnd | None = None
+    end: EngineTeardown | None = None
 
 
 class BootKvAfterWarmup(Section, frozen=True):

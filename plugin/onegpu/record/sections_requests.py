@@ -3,6 +3,7 @@ batch, serve; onegpu.session; onegpu.session.reaper_watch), as read from receipt
 from __future__ import annotations
 
 from onegpu.record.base import Section
+from onegpu.record.sections_load import EngineState
 
 # -- custody (onegpu.phases.custody) ---------------------------------------------------------------------------
 
@@ -144,13 +145,6 @@ class RequestSummary(Section, frozen=True):
     prompt_tokens_per_s: int | float | None = None
     median_elapsed_s: int | float | None = None
     median_ttfb_s: int | float | None = None
-
-
-class EngineState(Section, frozen=True):
-    """onegpu.engine.container:Engine.state (the container's Docker state once the engine was found dead)."""
-    status: str | None = None
-    exit_code: int | None = None
-    oom_killed: bool | None = None
 
 
 class EngineEnd(Section, frozen=True):
