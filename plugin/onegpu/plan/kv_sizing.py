@@ -22,7 +22,7 @@ import math
 
 from msgspec import Struct
 
-from onegpu.core.units import GIB, gib
+from onegpu.core.units import gib
 from onegpu.plan.vllm_versions import VersionRules
 
 GPU_UTILIZATION = 0.85  # the kit's fixed allocation target: the launch passes --gpu-memory-utilization 0.85
@@ -127,13 +127,3 @@ def sizing_rules(rules: VersionRules) -> list[tuple[str, str, tuple[str, ...]]]:
 
 def sizing_rules_json(rules: VersionRules) -> list[dict]:
     return [{"rule": key, "text": text, "sources": list(sources)} for key, text, sources in sizing_rules(rules)]
-
-
-def committed_bytes_bound(blocks: int, bytes_per_block: int, segments: int) -> tuple[int, int]:
-    """(least, most) physical bytes 0.34 commits for `blocks` blocks over `segments` layer segments."""
-    least = blocks * bytes_per_block
-    return least, least + segments * GRANULE_BYTES
-
-
-def kv_bytes_in_gib(num_bytes: int) -> float:
-    return num_bytes / GIB
