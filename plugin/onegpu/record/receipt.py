@@ -122,12 +122,13 @@ def check_write(section: str, value: object, current: object = None) -> None:
     kind = _TYPES.get(section)
     if kind is None:
         raise ReceiptShapeError(f"receipt field {section} is not declared in onegpu.record.receipt")
+    order = STATE_ORDER.get(section)
     try:
         new = msgspec.convert(value, kind)
-        old = msgspec.convert(current, kind) if current is not None else None
+        # the section so far is read only where a state must move forward (not on every update of every section)
+        old = msgspec.convert(current, kind) if order and current is not None else None
     except msgspec.ValidationError as exc:
         raise ReceiptShapeError(f"receipt.{section}: {exc}") from None
-    order = STATE_ORDER.get(section)
     if order and old is not None and new is not None and new.state is not None and old.state is not None \
             and order.index(new.state) < order.index(old.state):
         raise ReceiptShapeError(f"receipt.{section}.state: {old.state} cannot move back to {new.state} (a state only "
