@@ -58,6 +58,8 @@ CODES: dict[str, str] = {
     "CONFIG_INVALID": "the engine could not read the model's config (malformed JSON, or a value it refuses)",
     "GPU_UNSUPPORTED": ("the GPU lacks what the engine build or the model needs: kernels for its compute capability, "
                         "or bfloat16"),
+    "NO_ATTENTION_BACKEND": ("no attention backend of the engine accepts the model's attention on this card: each "
+                             "refused its head size, dtype, KV cache dtype, block size or the compute capability"),
     "DISTRIBUTED_INIT_FAILED": "NCCL or torch.distributed failed while the engine started its parallel workers",
     "HOST_MEMORY_EXHAUSTED": ("the host refused the engine memory it asked for (an mmap or allocation failed, a "
                               "loader's memory limit was reached, or the CPU build found less free RAM than its "
@@ -98,6 +100,9 @@ ADVICE: dict[str, str] = {
     "TRUST_REMOTE_CODE_REQUIRED": "read the model's code, then set trust_remote_code true in the settings",
     "GPU_UNSUPPORTED": ("the image was not built for this card (or the card lacks bfloat16): an image built for its "
                         "compute capability, or another card"),
+    "NO_ATTENTION_BACKEND": ("the quoted line gives each backend's reasons: where they name the KV cache dtype, change "
+                             "kv_cache_dtype in the settings; where they name the compute capability or the head size, "
+                             "another card or an image whose backends support it"),
     "DISTRIBUTED_INIT_FAILED": ("the parallel workers could not talk: check peer access and the NCCL environment "
                                 "(multi_gpu.nccl_env), the GPU topology the scan shows, and /dev/shm"),
     "HOST_MEMORY_EXHAUSTED": "give the engine more host RAM (container_ram_gib, the host's free RAM) or offload less",

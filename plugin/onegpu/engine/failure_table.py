@@ -131,6 +131,10 @@ FAILURES: tuple[FailureRow, ...] = (
                r"`trust_remote_code=True`", "transformers' dynamic module check, raised through vLLM's config",
                "gpu_logs/fail-other-trust-remote-code-v0_4_3"),
     # the GPU, the processes and the machine
+    FailureRow("NO_ATTENTION_BACKEND", r"No valid attention backend found for \S+ with",
+               "vllm/platforms/cuda.py:CudaPlatform.get_attn_backend_cls (0.30-0.34: every backend refused the "
+               "layer's head size, dtype, KV cache dtype, block size or the card's compute capability)",
+               "gpu_logs/fail-no-attn-backend-v0_31_0-t4-block8"),
     FailureRow("GPU_UNSUPPORTED", r"no kernel image is available for execution on the device|Bfloat16 is only "
                r"supported on GPUs with compute capability of at least", "torch's CUDA error for a compute "
                "capability the build has no kernels for; vllm/platforms/cuda.py:check_if_supports_dtype",
